@@ -1,0 +1,252 @@
+"""The watch-fed cluster cache and the assume ledger.
+
+Every pod contributes to exactly one node's usage at a time, or to none: a bound, non-terminal pod
+counts on its node; a pod we have bound but the watch has not confirmed yet counts through its
+assumption. ``_counted`` records what each pod currently adds, so an update first takes out the
+old contribution and a deletion takes it out once, whatever order events arrive in.
+
+All methods are synchronous and run on the event loop thread: a filter or bind handler sees and
+changes the cache atomically between two awaits, which is what makes concurrent binds safe.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from scoring.framework import NodeInfo, PodInfo, Status
+
+__all__ = ["Assumption", "ClusterCache", "NodeUsage", "SourceState"]
+
+
+@dataclass(slots=True)
+class NodeUsage:
+    """Incrementally maintained per-node aggregates (bound + assumed pods)."""
+
+    requested: dict[str, int] = field(default_factory=dict)
+    non_zero_cpu: int = 0
+    non_zero_memory: int = 0
+    pod_count: int = 0
+    assumed_count: int = 0
+
+    def add(self, pod: PodInfo, sign: int) -> None:
+        for name, amount in pod.resources.requests.items():
+            total = self.requested.get(name, 0) + sign * amount
+            if total:
+                self.requested[name] = total
+            else:
+                self.requested.pop(name, None)
+        self.non_zero_cpu += sign * pod.resources.non_zero_cpu
+        self.non_zero_memory += sign * pod.resources.non_zero_memory
+        self.pod_count += sign
+
+
+@dataclass(frozen=True, slots=True)
+class Assumption:
+    pod: PodInfo
+    node: str
+    assumed_at: float
+    expires_at: float
+
+
+@dataclass(slots=True)
+class SourceState:
+    """Sync state of one watched resource, shown in /debug and used by /readyz."""
+
+    synced: bool = False
+    connected: bool = False
+    resource_version: str = ""
+    last_event_at: float | None = None
+    last_sync_at: float | None = None
+    disconnected_since: float | None = None
+    restarts: int = 0
+    relists: int = 0
+    last_error: str = ""
+
+
+class ClusterCache:
+    def __init__(self, assume_ttl: float = 300.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.assume_ttl = assume_ttl
+        self.clock = clock
+        self.nodes: dict[str, Any] = {}  # name -> app.objects.NodeObject
+        self.pods: dict[str, PodInfo] = {}
+        self.ledger: dict[str, Assumption] = {}
+        self.sources: dict[str, SourceState] = {}
+        self._usage: dict[str, NodeUsage] = {}
+        self._counted: dict[str, tuple[str, PodInfo, bool]] = {}  # uid -> (node, pod, via assumption)
+        self._snapshots: dict[str, NodeInfo] = {}
+
+    # ------------------------------------------------------------------ reads
+    def node_info(self, name: str) -> NodeInfo | None:
+        """The immutable snapshot of a known node (allocatable + usage)."""
+        return self._snapshots.get(name)
+
+    def node_info_for(self, name: str, allocatable: Mapping[str, int]) -> NodeInfo:
+        """A snapshot for a node the cache does not know, from allocatable given in a request."""
+        return self._build(name, allocatable)
+
+    def usage(self, name: str) -> NodeUsage:
+        return self._usage.get(name) or NodeUsage()
+
+    def pods_on(self, node: str) -> list[PodInfo]:
+        return [pod for (where, pod, _) in self._counted.values() if where == node]
+
+    def counted_node(self, uid: str) -> str | None:
+        entry = self._counted.get(uid)
+        return entry[0] if entry else None
+
+    def source(self, name: str) -> SourceState:
+        return self.sources.setdefault(name, SourceState())
+
+    # ------------------------------------------------------------------ nodes
+    def upsert_node(self, node: Any) -> None:
+        self.nodes[node.name] = node
+        self._refresh(node.name)
+
+    def delete_node(self, name: str) -> None:
+        self.nodes.pop(name, None)
+        self._snapshots.pop(name, None)
+
+    def replace_nodes(self, nodes: Iterable[Any]) -> None:
+        fresh = {node.name: node for node in nodes}
+        for name in list(self.nodes):
+            if name not in fresh:
+                self.delete_node(name)
+        for node in fresh.values():
+            self.upsert_node(node)
+
+    # ------------------------------------------------------------------ pods
+    def upsert_pod(self, pod: PodInfo) -> None:
+        self.pods[pod.uid] = pod
+        if pod.node_name:
+            self.ledger.pop(pod.uid, None)  # the watch confirms (or overrides) our assumption
+        self._recount(pod.uid)
+
+    def delete_pod(self, uid: str) -> None:
+        self.pods.pop(uid, None)
+        self.ledger.pop(uid, None)
+        self._recount(uid)
+
+    def replace_pods(self, pods: Iterable[PodInfo]) -> None:
+        """A relist: pods that vanished are deleted, the rest upserted, each accounted once."""
+        fresh = {pod.uid: pod for pod in pods}
+        for uid in list(self.pods):
+            if uid not in fresh:
+                self.delete_pod(uid)
+        for pod in fresh.values():
+            self.upsert_pod(pod)
+
+    # ------------------------------------------------------------------ assume ledger
+    def assume(self, pod: PodInfo, node: str, check: Callable[[NodeInfo], Status] | None = None) -> Status | None:
+        """Count ``pod`` on ``node`` now, replacing any earlier assumption for its UID.
+
+        ``check`` runs against the node *without* this pod's previous assumption; a failing status is
+        returned and nothing changes. Returns None on success.
+        """
+        previous = self.ledger.pop(pod.uid, None)
+        if previous is not None:
+            self._recount(pod.uid)
+        if check is not None:
+            snapshot = self._snapshots.get(node) or self._build(node, {})
+            status = check(snapshot)
+            if not status.passed:
+                if previous is not None:
+                    self.ledger[pod.uid] = previous
+                    self._recount(pod.uid)
+                return status
+        now = self.clock()
+        self.ledger[pod.uid] = Assumption(replace(pod, node_name=node), node, now, now + self.assume_ttl)
+        self._recount(pod.uid)
+        return None
+
+    def forget(self, uid: str) -> None:
+        """Drop an assumption (bind failed); a pod the watch has seen bound keeps counting."""
+        if self.ledger.pop(uid, None) is not None:
+            self._recount(uid)
+
+    def expire(self) -> list[Assumption]:
+        now = self.clock()
+        expired = [a for a in self.ledger.values() if a.expires_at <= now]
+        for assumption in expired:
+            self.forget(assumption.pod.uid)
+        return expired
+
+    # ------------------------------------------------------------------ internals
+    def _desired(self, uid: str) -> tuple[str, PodInfo, bool] | None:
+        pod = self.pods.get(uid)
+        if pod is not None and pod.node_name and not pod.terminal:
+            return pod.node_name, pod, False
+        assumption = self.ledger.get(uid)
+        if assumption is not None and (pod is None or not pod.terminal):
+            return assumption.node, assumption.pod, True
+        return None
+
+    def _recount(self, uid: str) -> None:
+        current = self._counted.get(uid)
+        desired = self._desired(uid)
+        if current == desired:
+            return
+        if current is not None:
+            node, pod, assumed = current
+            usage = self._usage[node]
+            usage.add(pod, -1)
+            usage.assumed_count -= assumed
+            del self._counted[uid]
+            self._refresh(node)
+        if desired is not None:
+            node, pod, assumed = desired
+            usage = self._usage.setdefault(node, NodeUsage())
+            usage.add(pod, +1)
+            usage.assumed_count += assumed
+            self._counted[uid] = desired
+            self._refresh(node)
+
+    def _build(self, name: str, allocatable: Mapping[str, int]) -> NodeInfo:
+        usage = self._usage.get(name) or NodeUsage()
+        return NodeInfo(
+            name=name,
+            allocatable=allocatable,
+            requested=dict(usage.requested),
+            non_zero_cpu=usage.non_zero_cpu,
+            non_zero_memory=usage.non_zero_memory,
+            pod_count=usage.pod_count,
+            allocatable_types=NodeInfo.types_of(allocatable),
+        )
+
+    def _refresh(self, name: str) -> None:
+        node = self.nodes.get(name)
+        if node is None:
+            self._snapshots.pop(name, None)
+            return
+        self._snapshots[name] = self._build(name, node.allocatable)
+
+    def counts(self) -> dict[str, int]:
+        return {
+            "nodes": len(self.nodes),
+            "pods": len(self.pods),
+            "countedPods": len(self._counted),
+            "assumedPods": len(self.ledger),
+        }
+
+    def check_invariants(self) -> None:
+        """Recompute every node's usage from scratch and compare (tests and /debug?verify use it)."""
+        expected: dict[str, NodeUsage] = {}
+        for uid in set(self.pods) | set(self.ledger):
+            desired = self._desired(uid)
+            if desired is not None:
+                usage = expected.setdefault(desired[0], NodeUsage())
+                usage.add(desired[1], +1)
+                usage.assumed_count += desired[2]
+        for name in set(expected) | set(self._usage):
+            have = self._usage.get(name) or NodeUsage()
+            want = expected.get(name) or NodeUsage()
+            if (have.requested, have.non_zero_cpu, have.non_zero_memory, have.pod_count, have.assumed_count) != (
+                want.requested,
+                want.non_zero_cpu,
+                want.non_zero_memory,
+                want.pod_count,
+                want.assumed_count,
+            ):
+                raise AssertionError(f"usage of node {name} drifted: have {have}, want {want}")

@@ -1,0 +1,83 @@
+"""``kube-gpu-extender``: serve, check-config."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from app.config import ConfigError, load_config
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kube-gpu-extender", description="A kube-scheduler extender for GPU clusters."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run the HTTP extender")
+    serve.add_argument("--config", help="extender configuration (YAML); built-in defaults when omitted")
+    source = serve.add_mutually_exclusive_group()
+    source.add_argument("--snapshot", help="fill the cache from a file of Nodes and Pods instead of a cluster")
+    source.add_argument("--kubeconfig", help="kubeconfig to watch a cluster; in-cluster config when omitted")
+    serve.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1: sidecar on loopback)")
+    serve.add_argument("--port", type=int, default=8888, help="listen port (default 8888)")
+    serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    serve.add_argument("--log-format", default="json", choices=["json", "text"])
+
+    check = commands.add_parser("check-config", help="validate a configuration file and print the effective config")
+    check.add_argument("--config", required=True)
+    return parser
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from app.logs import configure_logging
+    from app.runtime import build_cluster_runtime, build_snapshot_runtime
+    from app.snapshot import SnapshotError
+
+    configure_logging(args.log_level, args.log_format)
+    config = load_config(args.config)
+    try:
+        if args.snapshot:
+            runtime = build_snapshot_runtime(config, args.snapshot)
+        else:
+            runtime = build_cluster_runtime(config, args.kubeconfig)
+    except SnapshotError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    uvicorn.run(
+        runtime.app(),
+        host=args.host,
+        port=args.port,
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=10,
+    )
+    return 0
+
+
+def _check_config(args: argparse.Namespace) -> int:
+    import yaml
+
+    config = load_config(args.config)
+    print(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False), end="")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "serve":
+            return _serve(args)
+        return _check_config(args)
+    except ConfigError as exc:
+        print(f"error: invalid configuration: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,157 @@
+"""The extender's configuration file (YAML), validated at load with messages that name the field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from scoring.framework import ArgsError
+from scoring.managed_fit import ManagedResourcesFit
+from scoring.profile import Profile, ScorePluginSpec, build_score_plugin
+
+__all__ = ["API_VERSION", "KIND", "ConfigError", "ExtenderConfiguration", "PluginConfig", "load_config", "parse_config"]
+
+API_VERSION = "kube-gpu-extender.io/v1alpha1"
+KIND = "ExtenderConfiguration"
+
+
+class ConfigError(ValueError):
+    """The configuration cannot be used; the message names the field."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+
+class PluginConfig(_Strict):
+    name: str
+    weight: int = Field(1, gt=0, description="Profile weight of this plugin in the combined score.")
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+class ManagedResource(_Strict):
+    name: str
+    ignoredByScheduler: bool = True
+
+
+class CacheConfig(_Strict):
+    notReadyPolicy: Literal["Fail", "PassAll"] = Field(
+        "Fail",
+        description="What /filter does before the first sync or while the watch is stale: answer with Error "
+        "(kube-scheduler retries the pod later) or let every node pass the extender's checks.",
+    )
+    staleAfterSeconds: float = Field(30.0, gt=0, description="A watch broken this long makes the cache stale.")
+    assumeTTLSeconds: float = Field(
+        300.0, gt=0, description="How long a bound pod stays assumed if the watch never confirms it."
+    )
+
+
+class ServerConfig(_Strict):
+    pathPrefix: str = Field("", description="Prefix of the extender verbs, e.g. /scheduler -> /scheduler/filter.")
+    maxRequestBytes: int = Field(64 * 1024 * 1024, gt=0, description="Larger request bodies are refused unread.")
+    decisionHistory: int = Field(200, ge=0, description="How many recent decisions /debug keeps.")
+
+    @field_validator("pathPrefix")
+    @classmethod
+    def _prefix(cls, value: str) -> str:
+        value = value.rstrip("/")
+        if value and not value.startswith("/"):
+            raise ValueError("must start with '/'")
+        return value
+
+
+def _default_plugins() -> list[PluginConfig]:
+    return [
+        PluginConfig(
+            name="NodeResourcesFitPlus",
+            weight=1,
+            args={
+                "resources": {
+                    "nvidia.com/gpu": {"type": "MostAllocated", "weight": 2},
+                    "cpu": {"type": "LeastAllocated", "weight": 1},
+                    "memory": {"type": "LeastAllocated", "weight": 1},
+                }
+            },
+        ),
+        PluginConfig(name="ScarceResourceAvoidance", weight=1, args={"resources": ["nvidia.com/gpu"]}),
+    ]
+
+
+class ExtenderConfiguration(_Strict):
+    apiVersion: Literal["kube-gpu-extender.io/v1alpha1"] = API_VERSION
+    kind: Literal["ExtenderConfiguration"] = KIND
+    managedResources: list[str | ManagedResource] = Field(default_factory=lambda: ["nvidia.com/gpu"])
+    plugins: list[PluginConfig] = Field(default_factory=_default_plugins)
+    cache: CacheConfig = Field(default_factory=CacheConfig)
+    server: ServerConfig = Field(default_factory=ServerConfig)
+
+    @property
+    def managed_resource_names(self) -> list[str]:
+        return [r if isinstance(r, str) else r.name for r in self.managedResources]
+
+    @model_validator(mode="after")
+    def _check(self) -> ExtenderConfiguration:
+        names = self.managed_resource_names
+        for index, name in enumerate(names):
+            if not name:
+                raise ValueError(f"managedResources[{index}]: empty resource name")
+            if name in names[:index]:
+                raise ValueError(f"managedResources[{index}]: duplicate resource name {name!r}")
+        seen: set[str] = set()
+        for index, plugin in enumerate(self.plugins):
+            if plugin.name in seen:
+                raise ValueError(f"plugins[{index}].name: duplicate plugin {plugin.name!r}")
+            seen.add(plugin.name)
+        self.build_profile()  # plugin args are validated by the plugins themselves
+        return self
+
+    def build_profile(self) -> Profile:
+        try:
+            scorers = [
+                ScorePluginSpec(build_score_plugin(p.name, p.args, f"plugins[{i}]"), p.weight)
+                for i, p in enumerate(self.plugins)
+            ]
+        except ArgsError as exc:
+            raise ValueError(str(exc)) from None
+        return Profile([ManagedResourcesFit(self.managed_resource_names)], scorers)
+
+
+def _format_validation_error(exc: ValidationError) -> str:
+    lines = []
+    for error in exc.errors():
+        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error["loc"]).lstrip(".") or "(root)"
+        message = error["msg"].removeprefix("Value error, ")
+        lines.append(f"{where}: {message}" if where != "(root)" else message)
+    return "; ".join(lines)
+
+
+def parse_config(data: Any) -> ExtenderConfiguration:
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError("configuration must be a YAML mapping")
+    try:
+        return ExtenderConfiguration.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_format_validation_error(exc)) from None
+
+
+def load_config(path: str | Path | None) -> ExtenderConfiguration:
+    """Load and validate a config file; ``None`` gives the built-in defaults (the seed's example)."""
+    if path is None:
+        return ExtenderConfiguration()
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: invalid YAML: {exc}") from None
+    try:
+        return parse_config(data)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None

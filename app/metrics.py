@@ -1,0 +1,69 @@
+"""Prometheus metrics. kube-scheduler exports nothing per extender, so latency and errors come from us."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+__all__ = ["Metrics"]
+
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+class _CacheCollector(Collector):
+    """Reads counts at scrape time, so the hot paths never update gauges."""
+
+    def __init__(self, read: Callable[[], dict[str, dict[str, float]]]) -> None:
+        self._read = read
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        values = self._read()
+        objects = GaugeMetricFamily("kube_gpu_extender_cache_objects", "Objects in the cache.", labels=["kind"])
+        for kind, count in values.get("objects", {}).items():
+            objects.add_metric([kind], count)
+        yield objects
+        ledger = GaugeMetricFamily("kube_gpu_extender_assume_ledger_size", "Pods assumed but not yet confirmed.")
+        ledger.add_metric([], values.get("ledger", {}).get("size", 0))
+        yield ledger
+        synced = GaugeMetricFamily(
+            "kube_gpu_extender_cache_synced", "1 when the watched resource has synced.", labels=["resource"]
+        )
+        for resource, value in values.get("synced", {}).items():
+            synced.add_metric([resource], value)
+        yield synced
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.request_seconds = Histogram(
+            "kube_gpu_extender_request_duration_seconds",
+            "Server-side latency of extender verbs.",
+            ["verb"],
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.results = Counter(
+            "kube_gpu_extender_results_total", "Extender calls by outcome.", ["verb", "outcome"], registry=self.registry
+        )
+        self.filter_failures = Counter(
+            "kube_gpu_extender_filter_failures_total",
+            "Nodes rejected by the filter, by reason.",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.bind_errors = Counter(
+            "kube_gpu_extender_bind_errors_total", "Failed binds, by kind.", ["kind"], registry=self.registry
+        )
+        self.watch_restarts = Counter(
+            "kube_gpu_extender_watch_restarts_total",
+            "Watch reconnections, by resource and cause.",
+            ["resource", "cause"],
+            registry=self.registry,
+        )
+
+    def register_cache(self, read: Callable[[], dict[str, dict[str, float]]]) -> None:
+        self.registry.register(_CacheCollector(read))

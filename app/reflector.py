@@ -1,0 +1,176 @@
+"""List+watch loops that keep the cache in step with the API server.
+
+One Reflector per resource: list (paginated) → replace the cache's view → watch from the list's
+resourceVersion, following bookmarks. A 410 Gone relists; a dropped or timed-out stream resumes from
+the last resourceVersion; errors back off exponentially (honouring Retry-After). Objects the cache
+cannot use are logged and skipped, never fatal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from app.cache import ClusterCache, SourceState
+from app.kube import ApiError, GoneError, KubeClient
+from app.metrics import Metrics
+from app.objects import ObjectError, node_from_obj, pod_from_obj
+
+__all__ = ["Reflector", "Resource", "node_resource", "pod_resource"]
+
+log = logging.getLogger("kube_gpu_extender.reflector")
+
+# Terminal pods leave the selection, so the watch reports them as DELETED and they stop counting.
+NON_TERMINAL_PODS = "status.phase!=Succeeded,status.phase!=Failed"
+
+
+@dataclass(frozen=True)
+class Resource:
+    name: str
+    path: str
+    field_selector: str
+    replace: Callable[[ClusterCache, list[dict[str, Any]]], None]
+    upsert: Callable[[ClusterCache, dict[str, Any]], None]
+    delete: Callable[[ClusterCache, dict[str, Any]], None]
+
+
+def _convert_all(items: list[dict[str, Any]], convert: Callable[[dict[str, Any]], Any], what: str) -> list[Any]:
+    out = []
+    for item in items:
+        try:
+            out.append(convert(item))
+        except ObjectError as exc:
+            log.error("skipping unusable %s: %s", what, exc)
+    return out
+
+
+def _uid(obj: dict[str, Any]) -> str:
+    metadata = obj.get("metadata") or {}
+    return str(metadata.get("uid") or f"{metadata.get('namespace') or 'default'}/{metadata.get('name')}")
+
+
+node_resource = Resource(
+    name="nodes",
+    path="/api/v1/nodes",
+    field_selector="",
+    replace=lambda cache, items: cache.replace_nodes(_convert_all(items, node_from_obj, "Node")),
+    upsert=lambda cache, obj: cache.upsert_node(node_from_obj(obj)),
+    delete=lambda cache, obj: cache.delete_node(str((obj.get("metadata") or {}).get("name", ""))),
+)
+
+pod_resource = Resource(
+    name="pods",
+    path="/api/v1/pods",
+    field_selector=NON_TERMINAL_PODS,
+    replace=lambda cache, items: cache.replace_pods(_convert_all(items, pod_from_obj, "Pod")),
+    upsert=lambda cache, obj: cache.upsert_pod(pod_from_obj(obj)),
+    delete=lambda cache, obj: cache.delete_pod(_uid(obj)),
+)
+
+
+class Reflector:
+    def __init__(
+        self,
+        client: KubeClient,
+        cache: ClusterCache,
+        resource: Resource,
+        metrics: Metrics,
+        *,
+        watch_timeout: int = 300,
+        initial_backoff: float = 0.2,
+        max_backoff: float = 30.0,
+    ) -> None:
+        self.client = client
+        self.cache = cache
+        self.resource = resource
+        self.metrics = metrics
+        self.watch_timeout = watch_timeout
+        self.initial_backoff = initial_backoff
+        self.max_backoff = max_backoff
+        self.state: SourceState = cache.source(resource.name)
+        self.resource_version = ""
+
+    async def run(self) -> None:
+        backoff = self.initial_backoff
+        while True:
+            try:
+                if not self.resource_version:
+                    await self._list()
+                await self._watch()
+                backoff = self.initial_backoff  # a stream that ended cleanly: resume at once
+                self._restart("closed")
+            except asyncio.CancelledError:
+                raise
+            except GoneError:
+                self.resource_version = ""
+                self._restart("gone")
+            except (ApiError, ObjectError, ValueError, TypeError, KeyError) as exc:
+                self._disconnected(exc)
+                delay = exc.retry_after if isinstance(exc, ApiError) and exc.retry_after else backoff
+                self._restart("error")
+                await asyncio.sleep(delay * (1 + random.random() * 0.2))
+                backoff = min(backoff * 2, self.max_backoff)
+
+    def _restart(self, cause: str) -> None:
+        self.state.restarts += 1
+        self.metrics.watch_restarts.labels(self.resource.name, cause).inc()
+
+    def _disconnected(self, exc: Exception) -> None:
+        self.state.connected = False
+        if self.state.disconnected_since is None:
+            self.state.disconnected_since = self.cache.clock()
+        self.state.last_error = str(exc)
+        log.warning("%s: watch interrupted: %s", self.resource.name, exc)
+
+    async def _list(self) -> None:
+        items, resource_version = await self.client.list(
+            self.resource.path, field_selector=self.resource.field_selector
+        )
+        self.resource.replace(self.cache, items)
+        self.resource_version = resource_version
+        now = self.cache.clock()
+        self.state.synced = True
+        self.state.relists += 1
+        self.state.last_sync_at = now
+        self.state.resource_version = resource_version
+
+    async def _watch(self) -> None:
+        async with self.client.watch(
+            self.resource.path,
+            self.resource_version,
+            field_selector=self.resource.field_selector,
+            timeout_seconds=self.watch_timeout,
+        ) as events:
+            self.state.connected = True
+            self.state.disconnected_since = None
+            self.state.last_error = ""
+            async for event in events:
+                self._apply(event)
+
+    def _apply(self, event: dict[str, Any]) -> None:
+        kind, obj = event.get("type"), event.get("object") or {}
+        if kind == "ERROR":
+            code = obj.get("code")
+            message = obj.get("message", "watch error")
+            if code == 410:
+                raise GoneError(message, status=410)
+            raise ApiError(message, status=int(code or 0))
+        resource_version = str((obj.get("metadata") or {}).get("resourceVersion", ""))
+        if kind in ("ADDED", "MODIFIED"):
+            try:
+                self.resource.upsert(self.cache, obj)
+            except ObjectError as exc:
+                log.error("%s: skipping unusable object: %s", self.resource.name, exc)
+        elif kind == "DELETED":
+            self.resource.delete(self.cache, obj)
+        elif kind != "BOOKMARK":
+            log.warning("%s: ignoring watch event of type %r", self.resource.name, kind)
+            return
+        if resource_version:
+            self.resource_version = resource_version
+            self.state.resource_version = resource_version
+        self.state.last_event_at = self.cache.clock()

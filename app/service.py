@@ -1,0 +1,343 @@
+"""The extender verbs over the cache and the scheduling profile, independent of the HTTP framework.
+
+Filter and prioritize are pure reads of the cache; bind is the only verb that writes (the assume
+ledger, then the API). Everything between two awaits runs atomically on the event loop, so the fit
+re-check and the assumption in bind cannot interleave with another bind or filter.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+from app import wire
+from app.cache import ClusterCache
+from app.config import ExtenderConfiguration
+from app.metrics import Metrics
+from app.objects import ObjectError, pod_from_obj
+from scoring.framework import Code, NodeInfo, PodInfo, Status
+from scoring.managed_fit import ManagedResourcesFit
+from scoring.quantity import QuantityError
+from scoring.resources import parse_resource_list
+
+__all__ = [
+    "REASON_NODE_NOT_IN_CACHE",
+    "BindError",
+    "Binder",
+    "ExtenderService",
+]
+
+log = logging.getLogger("kube_gpu_extender.decisions")
+
+# Short, reusable reasons: kube-scheduler aggregates identical strings in the FailedScheduling event.
+REASON_NODE_NOT_IN_CACHE = "node(s) unknown to the GPU extender"
+REASON_INVALID_NODE = "node(s) with invalid allocatable"
+
+_PENDING_PODS = 10_000  # pods seen in /filter, so /bind can assume them before the watch delivers them
+
+
+class BindError(Exception):
+    """A failed Binding. ``definite`` is False when the API may have applied it (timeout, lost reply)."""
+
+    def __init__(self, message: str, *, kind: str = "api", definite: bool = True, bound_to: str | None = None):
+        super().__init__(message)
+        self.kind = kind
+        self.definite = definite
+        self.bound_to = bound_to
+
+
+class Binder(Protocol):
+    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None: ...
+
+
+@dataclass(slots=True)
+class _Verdict:
+    name: str
+    node: NodeInfo | None
+    status: Status
+
+
+class ExtenderService:
+    def __init__(
+        self,
+        config: ExtenderConfiguration,
+        cache: ClusterCache,
+        binder: Binder,
+        metrics: Metrics | None = None,
+        *,
+        readiness: Callable[[], tuple[bool, str]] | None = None,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config
+        self.cache = cache
+        self.binder = binder
+        self.metrics = metrics or Metrics()
+        self.profile = config.build_profile()
+        self.fit = ManagedResourcesFit(config.managed_resource_names)
+        self.readiness = readiness or (lambda: (True, ""))
+        self.wall_clock = wall_clock
+        self.decisions: deque[dict[str, Any]] = deque(maxlen=config.server.decisionHistory)
+        self._pending: OrderedDict[str, PodInfo] = OrderedDict()
+
+    # ------------------------------------------------------------------ helpers
+    def _pod(self, obj: Mapping[str, Any]) -> PodInfo:
+        try:
+            pod = pod_from_obj(obj)
+        except ObjectError as exc:
+            raise wire.WireError(f"Pod: {exc}") from None
+        self._pending[pod.uid] = pod
+        self._pending.move_to_end(pod.uid)
+        while len(self._pending) > _PENDING_PODS:
+            self._pending.popitem(last=False)
+        return pod
+
+    def _node_for(self, pod: PodInfo, name: str, allocatable: Mapping[str, Any] | None) -> NodeInfo | None:
+        node = self.cache.node_info(name)
+        if node is None and allocatable is not None:
+            node = self.cache.node_info_for(name, parse_resource_list(allocatable, "status.allocatable"))
+        if node is not None and self.cache.counted_node(pod.uid) == name:
+            node = _without(node, pod)  # a retried pod must not compete with its own assumption
+        return node
+
+    def _verdicts(self, pod: PodInfo, args: wire.ExtenderArgs) -> Iterator[_Verdict]:
+        for name, allocatable in _candidates(args):
+            try:
+                node = self._node_for(pod, name, allocatable)
+            except QuantityError:
+                yield _Verdict(name, None, Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, REASON_INVALID_NODE))
+                continue
+            if node is None:
+                yield _Verdict(name, None, Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, REASON_NODE_NOT_IN_CACHE))
+                continue
+            yield _Verdict(name, node, self.profile.filter(pod, node))
+
+    def _record(self, verb: str, pod: str, outcome: str, **detail: Any) -> None:
+        entry = {"time": self.wall_clock(), "verb": verb, "pod": pod, "outcome": outcome, **detail}
+        self.decisions.append(entry)
+        self.metrics.results.labels(verb, outcome).inc()
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("decision", extra={"decision": entry})
+
+    def not_ready_reason(self) -> str:
+        ready, reason = self.readiness()
+        return "" if ready else reason
+
+    # ------------------------------------------------------------------ filter
+    def filter(self, body: bytes) -> dict[str, Any]:
+        self.cache.expire()
+        try:
+            args = wire.decode_extender_args(body)
+            pod = self._pod(args.pod)
+        except wire.WireError as exc:
+            self._record("filter", "?", "error", error=str(exc))
+            return wire.filter_result(error=f"invalid filter request: {exc}")
+        passthrough = args.node_names is not None
+        not_ready = self.not_ready_reason()
+        if not_ready:
+            if self.config.cache.notReadyPolicy == "Fail":
+                self._record("filter", pod.key, "not-ready", error=not_ready)
+                return wire.filter_result(error=f"GPU extender not ready: {not_ready}")
+            names = list(dict.fromkeys(args.candidate_names))
+            self._record("filter", pod.key, "not-ready-pass", error=not_ready)
+            if passthrough:
+                return wire.filter_result(node_names=names)
+            return wire.filter_result(nodes=[n.raw for n in _dedupe(args.nodes or [])])
+        passed: list[str] = []
+        failed: dict[str, str] = {}
+        unresolvable: dict[str, str] = {}
+        for verdict in self._verdicts(pod, args):
+            if verdict.status.passed:
+                passed.append(verdict.name)
+            elif verdict.status.code is Code.UNSCHEDULABLE:
+                failed[verdict.name] = verdict.status.reason
+            else:
+                unresolvable[verdict.name] = verdict.status.reason
+        for reason in (*failed.values(), *unresolvable.values()):
+            self.metrics.filter_failures.labels(reason).inc()
+        self._record("filter", pod.key, "ok", passed=len(passed), failed=_reasons(failed, unresolvable))
+        if passthrough:
+            return wire.filter_result(node_names=passed, failed=failed, unresolvable=unresolvable)
+        keep = set(passed)
+        raws = [n.raw for n in _dedupe(args.nodes or []) if n.name in keep]
+        return wire.filter_result(nodes=raws, failed=failed, unresolvable=unresolvable)
+
+    # ------------------------------------------------------------------ prioritize
+    def prioritize(self, body: bytes, plugin: str | None = None) -> list[dict[str, Any]]:
+        """``HostPriorityList``; on trouble ``[]`` (kube-scheduler ignores prioritize errors anyway)."""
+        try:
+            args = wire.decode_extender_args(body)
+            pod = self._pod(args.pod)
+        except wire.WireError as exc:
+            self._record("prioritize", "?", "error", error=str(exc))
+            return []
+        not_ready = self.not_ready_reason()
+        if not_ready:
+            self._record("prioritize", pod.key, "not-ready", error=not_ready)
+            return []
+        result = []
+        for name, allocatable in _candidates(args):
+            try:
+                node = self._node_for(pod, name, allocatable)
+            except QuantityError:
+                node = None
+            score = 0 if node is None else self.profile.priority(pod, node, plugin)
+            result.append({"Host": name, "Score": score})
+        self._record("prioritize", pod.key, "ok", plugin=plugin or "", nodes=len(result))
+        return result
+
+    # ------------------------------------------------------------------ preempt
+    def preempt(self, body: bytes) -> dict[str, Any]:
+        """Keep a node's proposed victims only if, without them, the pod fits our managed resources."""
+        try:
+            args = wire.decode_preempt_args(body)
+            pod = self._pod(args.pod)
+        except wire.WireError as exc:
+            self._record("preempt", "?", "error", error=str(exc))
+            # ExtenderPreemptionResult has no Error field: an empty map ends preemption for this pod.
+            return {"NodeNameToMetaVictims": {}, "Error": f"invalid preempt request: {exc}"}
+        not_ready = self.not_ready_reason()
+        result: dict[str, Any] = {}
+        dropped: dict[str, str] = {}
+        for node_name, victims in args.victims.items():
+            entry = {"Pods": [{"UID": uid} for uid in victims.uids], "NumPDBViolations": victims.num_pdb_violations}
+            if not_ready:
+                result[node_name] = entry  # cannot judge: leave the scheduler's choice untouched
+                continue
+            node = self.cache.node_info(node_name)
+            if node is None:
+                dropped[node_name] = REASON_NODE_NOT_IN_CACHE
+                continue
+            requested = dict(node.requested)
+            removed = set(victims.uids)
+            if self.cache.counted_node(pod.uid) == node_name:
+                removed.add(pod.uid)
+            for uid in removed:
+                victim = self.cache.pods.get(uid)
+                if self.cache.counted_node(uid) != node_name:
+                    continue  # not counted here, so nothing to give back
+                victim = self.cache.ledger[uid].pod if uid in self.cache.ledger else victim
+                if victim is not None:
+                    for resource, amount in victim.resources.requests.items():
+                        requested[resource] = requested.get(resource, 0) - amount
+            status = self.fit.fits(pod, node.allocatable, requested)
+            if status.passed:
+                result[node_name] = entry
+            else:
+                dropped[node_name] = status.reason
+        self._record("preempt", pod.key, "ok", kept=sorted(result), dropped=dropped)
+        return {"NodeNameToMetaVictims": result}
+
+    # ------------------------------------------------------------------ bind
+    async def bind(self, body: bytes) -> dict[str, Any]:
+        try:
+            args = wire.decode_bind_args(body)
+        except wire.WireError as exc:
+            self._record("bind", "?", "error", error=str(exc))
+            return {"Error": f"invalid bind request: {exc}"}
+        key = f"{args.pod_namespace}/{args.pod_name}"
+        pod = self.cache.pods.get(args.pod_uid) or self._pending.get(args.pod_uid)
+        if pod is None:
+            return self._bind_failed(key, "unknown-pod", f"pod {key} (uid {args.pod_uid}) is unknown to the extender")
+        if (pod.namespace, pod.name) != (args.pod_namespace, args.pod_name):
+            return self._bind_failed(key, "mismatch", f"pod uid {args.pod_uid} belongs to {pod.key}, not {key}")
+        if pod.node_name == args.node:
+            self._record("bind", key, "already-bound", node=args.node)
+            return {"Error": ""}
+        if pod.node_name:
+            return self._bind_failed(key, "bound-elsewhere", f"pod {key} is already bound to node {pod.node_name}")
+        if args.node not in self.cache.nodes:
+            return self._bind_failed(key, "unknown-node", f"node {args.node} is unknown to the extender")
+        status = self.cache.assume(pod, args.node, check=lambda node: self.fit.filter(pod, node))
+        if status is not None:
+            return self._bind_failed(key, "no-fit", f"node {args.node} no longer fits pod {key}: {status.reason}")
+        try:
+            await self.binder.bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node)
+        except BindError as exc:
+            if exc.bound_to == args.node:
+                self._record("bind", key, "already-bound", node=args.node)
+                return {"Error": ""}
+            if exc.definite:
+                self.cache.forget(args.pod_uid)  # the API refused: release what we assumed
+            return self._bind_failed(key, exc.kind, f"binding pod {key} to node {args.node} failed: {exc}")
+        self._record("bind", key, "bound", node=args.node)
+        return {"Error": ""}
+
+    def _bind_failed(self, key: str, kind: str, message: str) -> dict[str, Any]:
+        self.metrics.bind_errors.labels(kind).inc()
+        self._record("bind", key, "error", error=message)
+        log.warning("bind failed: %s", message)
+        return {"Error": message}
+
+    # ------------------------------------------------------------------ explain
+    def explain(self, body: bytes) -> dict[str, Any]:
+        """Per node: the filter verdict, each plugin's raw 0..100 score, and the final 0..10 score."""
+        args = wire.decode_extender_args(body)
+        pod = self._pod(args.pod)
+        nodes = []
+        for verdict in self._verdicts(pod, args):
+            entry: dict[str, Any] = {
+                "name": verdict.name,
+                "filter": {
+                    "passed": verdict.status.passed,
+                    "reason": verdict.status.reason,
+                    "code": verdict.status.code.value,
+                },
+            }
+            if verdict.node is not None:
+                score = self.profile.score(pod, verdict.node)
+                entry.update(
+                    scores=dict(score.plugin_scores),
+                    nodeScore=score.node_score,
+                    score=score.priority,
+                    managed={
+                        r: {
+                            "allocatable": verdict.node.allocatable.get(r, 0),
+                            "requested": verdict.node.requested.get(r, 0),
+                            "pod": pod.resources.requests.get(r, 0),
+                        }
+                        for r in self.fit.resources
+                    },
+                )
+            nodes.append(entry)
+        return {"pod": pod.key, "notReady": self.not_ready_reason(), "nodes": nodes}
+
+
+def _without(node: NodeInfo, pod: PodInfo) -> NodeInfo:
+    requested = dict(node.requested)
+    for name, amount in pod.resources.requests.items():
+        requested[name] = requested.get(name, 0) - amount
+    return replace(
+        node,
+        requested=requested,
+        non_zero_cpu=node.non_zero_cpu - pod.resources.non_zero_cpu,
+        non_zero_memory=node.non_zero_memory - pod.resources.non_zero_memory,
+        pod_count=node.pod_count - 1,
+    )
+
+
+def _candidates(args: wire.ExtenderArgs) -> list[tuple[str, Mapping[str, Any] | None]]:
+    """Candidate names in request order, each once, with the request's allocatable in NodeList mode."""
+    if args.node_names is not None:
+        return [(name, None) for name in dict.fromkeys(args.node_names)]
+    return [(node.name, node.allocatable or {}) for node in _dedupe(args.nodes or [])]
+
+
+def _dedupe(nodes: list[wire.RequestNode]) -> list[wire.RequestNode]:
+    seen: set[str] = set()
+    out = []
+    for node in nodes:
+        if node.name not in seen:
+            seen.add(node.name)
+            out.append(node)
+    return out
+
+
+def _reasons(failed: Mapping[str, str], unresolvable: Mapping[str, str]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for reason in (*failed.values(), *unresolvable.values()):
+        counts[reason] = counts.get(reason, 0) + 1
+    return counts

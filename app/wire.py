@@ -1,0 +1,227 @@
+"""The kube-scheduler extender v1 wire format (k8s.io/kube-scheduler/extender/v1).
+
+The Go types have no JSON tags, so kube-scheduler sends Go field names and matches keys
+case-insensitively when decoding. We accept any key case and always answer with the Go names.
+Bodies are decoded with msgspec (a 5,000-node NodeList in ~13 ms) and node objects are echoed back
+as ``msgspec.Raw`` without re-encoding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+__all__ = [
+    "BindArgs",
+    "ExtenderArgs",
+    "PreemptArgs",
+    "WireError",
+    "decode_bind_args",
+    "decode_extender_args",
+    "decode_preempt_args",
+    "encode",
+    "filter_result",
+    "node_list",
+]
+
+
+class WireError(ValueError):
+    """A request body kube-scheduler would never send; answered as ``Error``."""
+
+
+class _NodeMeta(msgspec.Struct):
+    name: str = ""
+
+
+class _NodeStatus(msgspec.Struct):
+    allocatable: dict[str, Any] | None = None
+
+
+class _Node(msgspec.Struct):
+    """Just what the extender reads from a node in the request."""
+
+    metadata: _NodeMeta | None = None
+    status: _NodeStatus | None = None
+
+
+class _NodeList(msgspec.Struct):
+    items: list[msgspec.Raw] | None = None
+
+
+@dataclass(slots=True)
+class RequestNode:
+    name: str
+    allocatable: Mapping[str, Any] | None
+    raw: msgspec.Raw
+
+
+@dataclass(slots=True)
+class ExtenderArgs:
+    """``ExtenderArgs``: exactly one of ``node_names`` (nodeCacheCapable) or ``nodes`` is set."""
+
+    pod: dict[str, Any]
+    node_names: list[str] | None = None
+    nodes: list[RequestNode] | None = None
+
+    @property
+    def candidate_names(self) -> list[str]:
+        if self.node_names is not None:
+            return self.node_names
+        return [node.name for node in self.nodes or ()]
+
+
+@dataclass(slots=True)
+class Victims:
+    uids: list[str]
+    pods: list[dict[str, Any]] = field(default_factory=list)  # full pods, non-cache mode only
+    num_pdb_violations: int = 0
+
+
+@dataclass(slots=True)
+class PreemptArgs:
+    pod: dict[str, Any]
+    victims: dict[str, Victims]
+
+
+@dataclass(slots=True)
+class BindArgs:
+    pod_name: str
+    pod_namespace: str
+    pod_uid: str
+    node: str
+
+
+_decoder_top = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_decoder_names = msgspec.json.Decoder(list[str] | None)
+_decoder_node_list = msgspec.json.Decoder(_NodeList | None)
+_decoder_node = msgspec.json.Decoder(_Node)
+_decoder_any = msgspec.json.Decoder()
+_encoder = msgspec.json.Encoder()
+
+
+def _top(body: bytes) -> dict[str, msgspec.Raw]:
+    if not body:
+        raise WireError("empty request body")
+    try:
+        top = _decoder_top.decode(body)
+    except msgspec.ValidationError:
+        raise WireError("request body must be a JSON object") from None
+    except msgspec.DecodeError as exc:
+        raise WireError(f"malformed JSON: {exc}") from None
+    return {key.lower(): value for key, value in top.items()}
+
+
+def _decode(decoder: msgspec.json.Decoder[Any], raw: msgspec.Raw, field_name: str) -> Any:
+    try:
+        return decoder.decode(raw)
+    except msgspec.ValidationError as exc:
+        raise WireError(f"{field_name}: {exc}") from None
+
+
+def _pod(top: Mapping[str, msgspec.Raw]) -> dict[str, Any]:
+    raw = top.get("pod")
+    pod = _decoder_any.decode(raw) if raw is not None else None
+    if not isinstance(pod, dict):
+        raise WireError("Pod: missing or not an object")
+    return pod
+
+
+def decode_extender_args(body: bytes) -> ExtenderArgs:
+    top = _top(body)
+    pod = _pod(top)
+    names_raw = top.get("nodenames")
+    node_names = _decode(_decoder_names, names_raw, "NodeNames") if names_raw is not None else None
+    nodes_raw = top.get("nodes")
+    node_list = _decode(_decoder_node_list, nodes_raw, "Nodes") if nodes_raw is not None else None
+    if node_names is not None:
+        return ExtenderArgs(pod, node_names=node_names)
+    if node_list is None:
+        raise WireError("neither NodeNames nor Nodes is set")
+    nodes = []
+    for index, raw in enumerate(node_list.items or ()):
+        node = _decode(_decoder_node, raw, f"Nodes.items[{index}]")
+        name = node.metadata.name if node.metadata else ""
+        if not name:
+            raise WireError(f"Nodes.items[{index}].metadata.name is missing")
+        nodes.append(RequestNode(name, node.status.allocatable if node.status else None, raw))
+    return ExtenderArgs(pod, nodes=nodes)
+
+
+def _lower(obj: Any) -> dict[str, Any]:
+    return {k.lower(): v for k, v in obj.items()} if isinstance(obj, dict) else {}
+
+
+def decode_preempt_args(body: bytes) -> PreemptArgs:
+    top = _top(body)
+    pod = _pod(top)
+    victims: dict[str, Victims] = {}
+    meta = _decoder_any.decode(top["nodenametometavictims"]) if "nodenametometavictims" in top else None
+    full = _decoder_any.decode(top["nodenametovictims"]) if "nodenametovictims" in top else None
+    if meta is None and full is None:
+        raise WireError("neither NodeNameToMetaVictims nor NodeNameToVictims is set")
+    for source, is_meta in ((full, False), (meta, True)):
+        if source is None:
+            continue
+        if not isinstance(source, dict):
+            raise WireError("victims map must be an object of node name to victims")
+        for node, entry in source.items():
+            entry = _lower(entry)
+            pods = entry.get("pods") or []
+            if not isinstance(pods, list):
+                raise WireError(f"victims of node {node}: Pods must be a list")
+            if is_meta:
+                uids = [str(_lower(p).get("uid", "")) for p in pods]
+                full_pods: list[dict[str, Any]] = []
+            else:
+                full_pods = [p for p in pods if isinstance(p, dict)]
+                uids = [str((p.get("metadata") or {}).get("uid", "")) for p in full_pods]
+            if any(not uid for uid in uids):
+                raise WireError(f"victims of node {node}: a victim has no UID")
+            pdb = entry.get("numpdbviolations") or 0
+            victims[node] = Victims(uids, full_pods, pdb if isinstance(pdb, int) else 0)
+    return PreemptArgs(pod, victims)
+
+
+def decode_bind_args(body: bytes) -> BindArgs:
+    top = _top(body)
+    values = {}
+    for key in ("podname", "podnamespace", "poduid", "node"):
+        raw = top.get(key)
+        value = _decoder_any.decode(raw) if raw is not None else None
+        if not isinstance(value, str) or (not value and key != "podnamespace"):
+            raise WireError(f"{_GO_NAMES[key]}: missing or not a string")
+        values[key] = value
+    return BindArgs(values["podname"], values["podnamespace"] or "default", values["poduid"], values["node"])
+
+
+_GO_NAMES = {"podname": "PodName", "podnamespace": "PodNamespace", "poduid": "PodUID", "node": "Node"}
+
+
+def node_list(raws: list[msgspec.Raw]) -> dict[str, Any]:
+    """A v1 NodeList echoing the request's node objects byte for byte."""
+    return {"metadata": {}, "items": raws}
+
+
+def filter_result(
+    *,
+    node_names: list[str] | None = None,
+    nodes: list[msgspec.Raw] | None = None,
+    failed: Mapping[str, str] | None = None,
+    unresolvable: Mapping[str, str] | None = None,
+    error: str = "",
+) -> dict[str, Any]:
+    """``ExtenderFilterResult`` with every key present, as the Go encoder writes it."""
+    return {
+        "Nodes": node_list(nodes) if nodes is not None else None,
+        "NodeNames": node_names,
+        "FailedNodes": dict(failed or {}),
+        "FailedAndUnresolvableNodes": dict(unresolvable or {}),
+        "Error": error,
+    }
+
+
+def encode(obj: Any) -> bytes:
+    return _encoder.encode(obj)

@@ -1,0 +1,140 @@
+"""The small scheduling framework the plugins plug into: constants, snapshots, statuses, combination.
+
+Names follow kube-scheduler (``MaxNodeScore``, ``MaxExtenderPriority``, ``Unschedulable``...) so a
+reader who knows the in-tree framework can map every piece.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from scoring.resources import CPU, MEMORY, PodResources, is_scored_resource_name
+
+__all__ = [
+    "MAX_EXTENDER_PRIORITY",
+    "MAX_NODE_SCORE",
+    "MIN_EXTENDER_PRIORITY",
+    "MIN_NODE_SCORE",
+    "SUCCESS",
+    "ArgsError",
+    "Code",
+    "FilterPlugin",
+    "NodeInfo",
+    "PodInfo",
+    "ScorePlugin",
+    "Status",
+    "combine_scores",
+    "to_extender_priority",
+]
+
+MIN_NODE_SCORE = 0
+MAX_NODE_SCORE = 100  # framework.MaxNodeScore
+MIN_EXTENDER_PRIORITY = 0
+MAX_EXTENDER_PRIORITY = 10  # extenderv1.MaxExtenderPriority
+
+
+@dataclass(frozen=True, slots=True)
+class PodInfo:
+    """One pod as the scheduler sees it: identity, placement and aggregated requests."""
+
+    uid: str
+    namespace: str
+    name: str
+    resources: PodResources
+    node_name: str = ""
+    priority: int = 0
+    terminal: bool = False
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    """An immutable per-node snapshot: allocatable and what bound + assumed pods request.
+
+    ``requested`` is the plain sum of requests; ``non_zero_cpu`` / ``non_zero_memory`` are the
+    scheduler's NonZeroRequested (containers without a request count 100m / 200Mi). The cache builds
+    a new snapshot whenever a pod on the node changes, so scoring never sums pods.
+    """
+
+    name: str
+    allocatable: Mapping[str, int]
+    requested: Mapping[str, int] = field(default_factory=dict)
+    non_zero_cpu: int = 0
+    non_zero_memory: int = 0
+    pod_count: int = 0
+    # Scored resource types with allocatable > 0 (the set N of ScarceResourceAvoidance).
+    allocatable_types: frozenset[str] = frozenset()
+
+    @staticmethod
+    def types_of(allocatable: Mapping[str, int]) -> frozenset[str]:
+        return frozenset(n for n, v in allocatable.items() if v > 0 and is_scored_resource_name(n))
+
+    def requested_for_scoring(self, name: str) -> int:
+        """NonZeroRequested for cpu and memory, plain requests for everything else."""
+        if name == CPU:
+            return self.non_zero_cpu
+        if name == MEMORY:
+            return self.non_zero_memory
+        return self.requested.get(name, 0)
+
+
+class ArgsError(ValueError):
+    """Invalid plugin args; the message starts with the offending field's path."""
+
+
+class Code(enum.Enum):
+    """Filter outcome, as kube-scheduler's framework.Code."""
+
+    SUCCESS = "Success"
+    UNSCHEDULABLE = "Unschedulable"  # preemption may help -> FailedNodes
+    UNSCHEDULABLE_AND_UNRESOLVABLE = "UnschedulableAndUnresolvable"  # it cannot -> FailedAndUnresolvableNodes
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    code: Code = Code.SUCCESS
+    reason: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.code is Code.SUCCESS
+
+
+SUCCESS = Status()
+
+
+class FilterPlugin(Protocol):
+    name: str
+
+    def filter(self, pod: PodInfo, node: NodeInfo) -> Status: ...
+
+
+class ScorePlugin(Protocol):
+    name: str
+
+    def score(self, pod: PodInfo, node: NodeInfo) -> int:
+        """A score in MIN_NODE_SCORE..MAX_NODE_SCORE."""
+        ...
+
+
+def combine_scores(weighted: Iterable[tuple[int, int]]) -> int:
+    """Integer weighted mean of (weight, 0..100 score) pairs, truncated like kube-scheduler."""
+    total = weight_sum = 0
+    for weight, score in weighted:
+        total += weight * score
+        weight_sum += weight
+    if weight_sum == 0:
+        return MIN_NODE_SCORE
+    return total // weight_sum
+
+
+def to_extender_priority(node_score: int) -> int:
+    """Map 0..100 to the extender's 0..10, rounding half up, clamped so the wire is always valid."""
+    priority = (node_score + 5) // 10
+    return max(MIN_EXTENDER_PRIORITY, min(MAX_EXTENDER_PRIORITY, priority))

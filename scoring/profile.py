@@ -1,0 +1,83 @@
+"""A scheduling profile: the Filter checks and the weighted Score plugins, built from validated args.
+
+This is the single pipeline behind /filter, /prioritize, /preempt, /debug/explain and (later)
+the simulator, so every caller gets the same decisions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from scoring import fitplus, scarce
+from scoring.framework import (
+    SUCCESS,
+    ArgsError,
+    FilterPlugin,
+    NodeInfo,
+    PodInfo,
+    ScorePlugin,
+    Status,
+    combine_scores,
+    to_extender_priority,
+)
+
+__all__ = ["SCORE_PLUGINS", "NodeScore", "Profile", "ScorePluginSpec", "build_score_plugin"]
+
+# Registry: plugin name -> factory from raw args (validates, raising ArgsError naming the field).
+SCORE_PLUGINS: Mapping[str, Callable[[Any, str], ScorePlugin]] = {
+    fitplus.NAME: lambda raw, path: fitplus.NodeResourcesFitPlus(fitplus.NodeResourcesFitPlusArgs.parse(raw, path)),
+    scarce.NAME: lambda raw, path: scarce.ScarceResourceAvoidance(scarce.ScarceResourceAvoidanceArgs.parse(raw, path)),
+}
+
+
+def build_score_plugin(name: str, raw_args: Any, path: str) -> ScorePlugin:
+    factory = SCORE_PLUGINS.get(name)
+    if factory is None:
+        raise ArgsError(f"{path}.name: unknown plugin {name!r} (known: {', '.join(sorted(SCORE_PLUGINS))})")
+    return factory(raw_args, f"{path}.args")
+
+
+@dataclass(frozen=True, slots=True)
+class ScorePluginSpec:
+    plugin: ScorePlugin
+    weight: int
+
+
+@dataclass(frozen=True, slots=True)
+class NodeScore:
+    """Raw 0..100 score per plugin, their weighted mean, and the 0..10 extender priority."""
+
+    plugin_scores: Mapping[str, int]
+    node_score: int
+    priority: int
+
+
+class Profile:
+    def __init__(self, filters: Sequence[FilterPlugin], scorers: Sequence[ScorePluginSpec]) -> None:
+        self.filters = tuple(filters)
+        self.scorers = tuple(scorers)
+        self.scorer_names = tuple(s.plugin.name for s in scorers)
+
+    def filter(self, pod: PodInfo, node: NodeInfo) -> Status:
+        """First failing check wins, in configured order, as kube-scheduler's RunFilterPlugins."""
+        for check in self.filters:
+            status = check.filter(pod, node)
+            if not status.passed:
+                return status
+        return SUCCESS
+
+    def score(self, pod: PodInfo, node: NodeInfo) -> NodeScore:
+        raw = {spec.plugin.name: spec.plugin.score(pod, node) for spec in self.scorers}
+        node_score = combine_scores((spec.weight, raw[spec.plugin.name]) for spec in self.scorers)
+        return NodeScore(raw, node_score, to_extender_priority(node_score))
+
+    def priority(self, pod: PodInfo, node: NodeInfo, plugin: str | None = None) -> int:
+        """The 0..10 priority, of the whole profile or of one plugin alone (same rounding)."""
+        if plugin is None:
+            return self.score(pod, node).priority
+        for spec in self.scorers:
+            if spec.plugin.name == plugin:
+                return to_extender_priority(spec.plugin.score(pod, node))
+        raise KeyError(plugin)

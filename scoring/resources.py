@@ -1,0 +1,172 @@
+"""Pod request aggregation with Kubernetes semantics (component-helpers ``PodRequests``).
+
+Amounts are integers in canonical units: cpu in millicores, everything else in whole units
+(bytes, devices), both rounded up exactly as ``MilliValue()`` / ``Value()`` do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from scoring.quantity import QuantityError, to_milli, to_value
+
+__all__ = [
+    "CPU",
+    "DEFAULT_MEMORY_REQUEST",
+    "DEFAULT_MILLI_CPU_REQUEST",
+    "EPHEMERAL_STORAGE",
+    "MEMORY",
+    "PODS",
+    "PodResources",
+    "ResourceList",
+    "is_scalar_resource_name",
+    "is_scored_resource_name",
+    "parse_resource_list",
+    "pod_resources",
+]
+
+CPU = "cpu"
+MEMORY = "memory"
+EPHEMERAL_STORAGE = "ephemeral-storage"
+PODS = "pods"
+
+# pkg/scheduler/util: what a container without a cpu / memory request counts as when scoring.
+DEFAULT_MILLI_CPU_REQUEST = 100
+DEFAULT_MEMORY_REQUEST = 200 * 1024 * 1024
+
+# Pod-level requests (spec.resources) replace the container aggregate for these only.
+_POD_LEVEL_RESOURCES = (CPU, MEMORY)
+
+ResourceList = dict[str, int]
+
+
+def is_scalar_resource_name(name: str) -> bool:
+    """Extended (``domain/name`` outside kubernetes.io), hugepages, prefixed-native or attachable-volumes."""
+    if name.startswith(("hugepages-", "attachable-volumes-")):
+        return True
+    if "kubernetes.io/" in name:  # prefixed native resource
+        return True
+    return "/" in name and not name.startswith("requests.")
+
+
+def is_scored_resource_name(name: str) -> bool:
+    """Resources that NodeResourcesFitPlus and ScarceResourceAvoidance look at (never ``pods``)."""
+    return name in (CPU, MEMORY, EPHEMERAL_STORAGE) or is_scalar_resource_name(name)
+
+
+def parse_resource_list(raw: Mapping[str, Any] | None, field: str = "resources") -> ResourceList:
+    """Convert a ``{name: quantity}`` map to canonical integers; cpu becomes millicores."""
+    out: ResourceList = {}
+    if not raw:
+        return out
+    for name, quantity in raw.items():
+        try:
+            out[name] = to_milli(quantity) if name == CPU else to_value(quantity)
+        except QuantityError as exc:
+            raise QuantityError(f"{field}[{name}]: {exc}") from None
+    return out
+
+
+def _add(into: ResourceList, other: Mapping[str, int]) -> None:
+    for name, amount in other.items():
+        into[name] = into.get(name, 0) + amount
+
+
+def _max(into: ResourceList, other: Mapping[str, int]) -> None:
+    for name, amount in other.items():
+        into[name] = max(into.get(name, amount), amount)
+
+
+def _with_defaults(requests: ResourceList, defaults: Mapping[str, int] | None) -> ResourceList:
+    if not defaults:
+        return requests
+    filled = dict(requests)
+    for name, amount in defaults.items():
+        filled.setdefault(name, amount)  # an explicit 0 is "set" and stays 0
+    return filled
+
+
+def _aggregate(
+    containers: Iterable[Mapping[str, Any]],
+    init_containers: Iterable[Mapping[str, Any]],
+    pod_level: ResourceList,
+    overhead: ResourceList,
+    defaults: Mapping[str, int] | None,
+) -> ResourceList:
+    """KEP-753 aware aggregation: regular + sidecars summed, init containers by max, then overhead."""
+    total: ResourceList = {}
+    for container in containers:
+        _add(total, _with_defaults(_container_requests(container), defaults))
+    sidecars: ResourceList = {}
+    init_peak: ResourceList = {}
+    for container in init_containers:
+        requests = _with_defaults(_container_requests(container), defaults)
+        if container.get("restartPolicy") == "Always":
+            _add(total, requests)
+            _add(sidecars, requests)
+            effective = dict(sidecars)
+        else:
+            effective = dict(requests)
+            _add(effective, sidecars)  # a regular init container runs beside the sidecars started before it
+        _max(init_peak, effective)
+    _max(total, init_peak)
+    for name in _POD_LEVEL_RESOURCES:
+        if name in pod_level:
+            total[name] = pod_level[name]
+    _add(total, overhead)
+    return total
+
+
+def _container_requests(container: Mapping[str, Any]) -> ResourceList:
+    resources = container.get("resources") or {}
+    name = container.get("name", "?")
+    return parse_resource_list(resources.get("requests"), f"container {name!r} requests")
+
+
+_NON_ZERO_DEFAULTS = {CPU: DEFAULT_MILLI_CPU_REQUEST, MEMORY: DEFAULT_MEMORY_REQUEST}
+
+
+@dataclass(frozen=True, slots=True)
+class PodResources:
+    """What a pod asks for, computed once per pod version.
+
+    ``requests`` has no defaults (it decides *which* resources a pod requests); ``non_zero_cpu`` and
+    ``non_zero_memory`` apply the per-container 100m / 200Mi defaults that scoring uses as amounts.
+    """
+
+    requests: Mapping[str, int]
+    non_zero_cpu: int
+    non_zero_memory: int
+
+    @property
+    def requested_names(self) -> frozenset[str]:
+        """Scored resource names with a request > 0 (the set P of the plugins)."""
+        return frozenset(n for n, v in self.requests.items() if v > 0 and is_scored_resource_name(n))
+
+    def amount(self, name: str) -> int:
+        """The amount scoring adds for this pod: non-zero defaults for cpu and memory."""
+        if name == CPU:
+            return self.non_zero_cpu
+        if name == MEMORY:
+            return self.non_zero_memory
+        return self.requests.get(name, 0)
+
+
+def pod_resources(spec: Mapping[str, Any]) -> PodResources:
+    """Aggregate a pod spec (the JSON ``spec`` object) the way kube-scheduler does.
+
+    Raises ``QuantityError`` naming the container and resource when a quantity is invalid.
+    """
+    containers = spec.get("containers") or []
+    init_containers = spec.get("initContainers") or []
+    pod_level = parse_resource_list((spec.get("resources") or {}).get("requests"), "spec.resources.requests")
+    overhead = parse_resource_list(spec.get("overhead"), "spec.overhead")
+    requests = _aggregate(containers, init_containers, pod_level, overhead, None)
+    non_zero = _aggregate(containers, init_containers, pod_level, overhead, _NON_ZERO_DEFAULTS)
+    return PodResources(
+        requests=requests,
+        non_zero_cpu=non_zero.get(CPU, 0),
+        non_zero_memory=non_zero.get(MEMORY, 0),
+    )

@@ -1,0 +1,58 @@
+"""ScarceResourceAvoidance: keep pods that do not need a scarce resource off nodes that offer it.
+
+Counts resource *types*, never quantities: ``D`` = scored types with allocatable > 0 on the node
+that the pod does not request, ``S`` = ``D`` ∩ scarce list (exact names). Score is
+``(|D| - |S|) * 100 // |D|``, and 100 when either set is empty. ``pods`` never counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from scoring.framework import MAX_NODE_SCORE, ArgsError, NodeInfo, PodInfo
+
+__all__ = ["NAME", "ScarceResourceAvoidance", "ScarceResourceAvoidanceArgs"]
+
+NAME = "ScarceResourceAvoidance"
+
+
+@dataclass(frozen=True, slots=True)
+class ScarceResourceAvoidanceArgs:
+    resources: frozenset[str]
+
+    @classmethod
+    def parse(cls, raw: Any, path: str = "args") -> ScarceResourceAvoidanceArgs:
+        if not isinstance(raw, dict):
+            raise ArgsError(f"{path}: must be a mapping with a 'resources' list")
+        unknown = set(raw) - {"resources"}
+        if unknown:
+            raise ArgsError(f"{path}: unknown field(s) {sorted(unknown)}")
+        resources = raw.get("resources")
+        if not isinstance(resources, Sequence) or isinstance(resources, str) or not resources:
+            raise ArgsError(f"{path}.resources: must be a non-empty list of resource names")
+        seen: set[str] = set()
+        for index, name in enumerate(resources):
+            if not isinstance(name, str) or not name:
+                raise ArgsError(f"{path}.resources[{index}]: must be a non-empty string")
+            if name in seen:
+                raise ArgsError(f"{path}.resources[{index}]: duplicate resource name {name!r}")
+            seen.add(name)
+        return cls(frozenset(seen))
+
+
+class ScarceResourceAvoidance:
+    name = NAME
+
+    def __init__(self, args: ScarceResourceAvoidanceArgs) -> None:
+        self.args = args
+
+    def score(self, pod: PodInfo, node: NodeInfo) -> int:
+        unrequested = node.allocatable_types - pod.resources.requested_names
+        if not unrequested:
+            return MAX_NODE_SCORE
+        scarce = len(unrequested & self.args.resources)
+        if scarce == 0:
+            return MAX_NODE_SCORE
+        return (len(unrequested) - scarce) * MAX_NODE_SCORE // len(unrequested)
