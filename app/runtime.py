@@ -77,15 +77,7 @@ class Runtime:
 
 def _base(config: ExtenderConfiguration) -> tuple[ClusterCache, Metrics]:
     cache = ClusterCache(assume_ttl=config.cache.assumeTTLSeconds)
-    metrics = Metrics()
-    metrics.register_cache(
-        lambda: {
-            "objects": {k: float(v) for k, v in cache.counts().items()},
-            "ledger": {"size": float(len(cache.ledger))},
-            "synced": {name: float(state.synced) for name, state in cache.sources.items()},
-        }
-    )
-    return cache, metrics
+    return cache, Metrics()
 
 
 def build_snapshot_runtime(config: ExtenderConfiguration, snapshot: str) -> Runtime:

@@ -82,6 +82,14 @@ class ExtenderService:
         self.wall_clock = wall_clock
         self.decisions: deque[dict[str, Any]] = deque(maxlen=config.server.decisionHistory)
         self._pending: OrderedDict[str, PodInfo] = OrderedDict()
+        self.metrics.register_cache(self._cache_metrics)
+
+    def _cache_metrics(self) -> dict[str, dict[str, float]]:
+        return {
+            "objects": {kind: float(count) for kind, count in self.cache.counts().items()},
+            "ledger": {"size": float(len(self.cache.ledger))},
+            "synced": {name: float(state.synced) for name, state in self.cache.sources.items()},
+        }
 
     # ------------------------------------------------------------------ helpers
     def _pod(self, obj: Mapping[str, Any]) -> PodInfo:

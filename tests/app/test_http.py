@@ -1,0 +1,181 @@
+"""The HTTP surface: bad input never becomes a 5xx or a 422, extender verbs always answer 200."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tests.conftest import bind_body, filter_body, make_service, node_obj, pod_obj
+
+VERBS = ["/filter", "/prioritize", "/bind", "/preempt"]
+
+
+@pytest.fixture
+def client(client_for: Any) -> Any:
+    service = make_service([node_obj("g1", gpus=4), node_obj("c1", gpus=None)], config={"server": {"maxRequestBytes": 4096}})
+    return client_for(service)
+
+
+BAD_BODIES = [
+    b"",
+    b"{bad",
+    b"[]",
+    b"null",
+    b'"text"',
+    b"{}",
+    b'{"Pod": null, "NodeNames": ["g1"]}',
+    b'{"Pod": [], "NodeNames": ["g1"]}',
+    b'{"Pod": {"metadata": {}}, "NodeNames": ["g1"]}',
+    b'{"Pod": {"metadata": {"name": "p"}}, "NodeNames": "g1"}',
+    b'{"Pod": {"metadata": {"name": "p"}, "spec": {"containers": [{"resources": {"requests": {"cpu": "NaN"}}}]}},'
+    b' "NodeNames": ["g1"]}',
+    b'{"Pod": {"metadata": {"name": "p"}, "spec": {"containers": "x"}}, "NodeNames": ["g1"]}',
+    b'{"Pod": {"metadata": {"name": "p"}, "spec": {}}, "Nodes": {"items": [{"metadata": {}}]}}',
+    b'{"PodName": 3}',
+    b'{"Pod": {"metadata": {"name": "p"}, "spec": {}}, "NodeNameToMetaVictims": {"g1": {"Pods": [{}]}}}',
+    b"\xff\xfe",
+]
+
+
+@pytest.mark.parametrize("verb", VERBS)
+@pytest.mark.parametrize("body", BAD_BODIES)
+def test_bad_bodies_answer_200_with_a_reason(client: Any, verb: str, body: bytes) -> None:
+    response = client.post(verb, content=body)
+    assert response.status_code == 200
+    answer = response.json()
+    if verb == "/prioritize":
+        assert answer == []  # HostPriorityList has no Error; kube-scheduler ignores prioritize failures
+    elif verb == "/preempt":
+        assert answer["NodeNameToMetaVictims"] == {}
+        assert answer["Error"]
+    else:
+        assert answer["Error"], body
+        assert len(answer["Error"]) < 300
+
+
+def test_filter_error_names_the_problem(client: Any) -> None:
+    assert "malformed JSON" in client.post("/filter", content=b"{bad").json()["Error"]
+    assert "Pod: missing" in client.post("/filter", content=b'{"NodeNames": []}').json()["Error"]
+    body = {"Pod": pod_obj("p") | {"spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1K"}}}]}}}
+    body["NodeNames"] = ["g1"]
+    error = client.post("/filter", content=json.dumps(body).encode()).json()["Error"]
+    assert "container 'c' requests[cpu]" in error and "'1K'" in error
+
+
+@pytest.mark.parametrize("verb", [*VERBS, "/debug/explain"])
+def test_body_over_limit_is_refused(client: Any, verb: str) -> None:
+    body = filter_body(pod_obj("p"), ["g1"] * 1000)
+    assert len(body) > 4096
+    response = client.post(verb, content=body)
+    if verb == "/debug/explain":
+        assert response.status_code == 413
+        assert "exceeds the limit of 4096 bytes" in response.json()["error"]
+    elif verb == "/prioritize":
+        assert response.status_code == 200 and response.json() == []
+    else:
+        assert response.status_code == 200
+        assert "exceeds the limit of 4096 bytes" in response.json()["Error"]
+
+
+def test_body_over_limit_without_content_length_is_refused(client: Any) -> None:
+    def chunks() -> Any:
+        for _ in range(10):
+            yield b" " * 1000
+
+    response = client.post("/filter", content=chunks())
+    assert "exceeds the limit" in response.json()["Error"]
+
+
+def test_lowercase_keys_are_accepted_and_go_names_answered(client: Any) -> None:
+    body = json.dumps({"pod": pod_obj("p", gpus=1), "nodenames": ["g1", "c1"]}).encode()
+    answer = client.post("/filter", content=body).json()
+    assert answer == {
+        "Nodes": None,
+        "NodeNames": ["g1"],
+        "FailedNodes": {},
+        "FailedAndUnresolvableNodes": {"c1": "Insufficient nvidia.com/gpu"},
+        "Error": "",
+    }
+
+
+def test_unknown_and_duplicate_node_names(client: Any) -> None:
+    answer = client.post("/filter", content=filter_body(pod_obj("p", gpus=1), ["g1", "g1", "ghost"])).json()
+    assert answer["NodeNames"] == ["g1"]
+    assert answer["FailedAndUnresolvableNodes"] == {"ghost": "node(s) unknown to the GPU extender"}
+    scores = client.post("/prioritize", content=filter_body(pod_obj("p", gpus=1), ["g1", "g1", "ghost"])).json()
+    assert [s["Host"] for s in scores] == ["g1", "ghost"]
+    assert scores[1]["Score"] == 0
+
+
+def test_empty_node_list(client: Any) -> None:
+    answer = client.post("/filter", content=filter_body(pod_obj("p"), [])).json()
+    assert answer["NodeNames"] == [] and answer["Error"] == ""
+    assert client.post("/prioritize", content=filter_body(pod_obj("p"), [])).json() == []
+
+
+def test_bind_unknown_pod(client: Any) -> None:
+    error = client.post("/bind", content=bind_body(pod_obj("stranger"), "g1")).json()["Error"]
+    assert "default/stranger" in error and "unknown to the extender" in error
+
+
+def test_prioritize_single_plugin_route(client: Any) -> None:
+    body = filter_body(pod_obj("p", cpu="1", memory="1Gi"), ["g1", "c1"])
+    sra = client.post("/prioritize/ScarceResourceAvoidance", content=body).json()
+    # A CPU pod: c1 offers no scarce type (100 -> 10); g1 offers {nvidia.com/gpu} beyond cpu/memory (0 -> 0).
+    assert sra == [{"Host": "g1", "Score": 0}, {"Host": "c1", "Score": 10}]
+    assert client.post("/prioritize/NoSuchPlugin", content=body).json() == []
+
+
+def test_operator_endpoints(client: Any) -> None:
+    assert client.get("/healthz").json() == {"status": "ok"}
+    assert client.get("/readyz").json() == {"ready": True}
+    client.post("/filter", content=filter_body(pod_obj("p", gpus=1), ["g1", "c1"]))
+    metrics = client.get("/metrics").text
+    assert 'kube_gpu_extender_request_duration_seconds_count{verb="filter"} 1.0' in metrics
+    assert 'kube_gpu_extender_filter_failures_total{reason="Insufficient nvidia.com/gpu"} 1.0' in metrics
+    assert 'kube_gpu_extender_cache_objects{kind="nodes"} 2.0' in metrics
+    debug = client.get("/debug").json()
+    assert debug["ready"] is True
+    assert debug["nodes"]["g1"]["allocatable"]["nvidia.com/gpu"] == 4
+    assert debug["decisions"][-1]["verb"] == "filter"
+    assert debug["config"]["managedResources"] == ["nvidia.com/gpu"]
+    assert set(client.get("/debug?node=g1").json()["nodes"]) == {"g1"}
+    assert client.post("/debug/explain", content=b"{bad").status_code == 400
+    assert client.get("/no/such/path").status_code == 404
+
+
+def test_path_prefix(client_for: Any) -> None:
+    client = client_for(make_service([node_obj("g1")], config={"server": {"pathPrefix": "/scheduler/"}}))
+    answer = client.post("/scheduler/filter", content=filter_body(pod_obj("p", gpus=1), ["g1"])).json()
+    assert answer["NodeNames"] == ["g1"]
+    assert client.post("/filter", content=filter_body(pod_obj("p"), ["g1"])).status_code == 404
+
+
+def test_not_ready_fails_closed_by_default(client_for: Any) -> None:
+    client = client_for(make_service([node_obj("g1")], synced=False))
+    assert client.get("/readyz").status_code == 503
+    answer = client.post("/filter", content=filter_body(pod_obj("p", gpus=1), ["g1"])).json()
+    assert answer["Error"] == "GPU extender not ready: nodes, pods not synced yet"
+    assert client.post("/prioritize", content=filter_body(pod_obj("p", gpus=1), ["g1"])).json() == []
+
+
+def test_not_ready_pass_all_policy(client_for: Any) -> None:
+    service = make_service([], synced=False, config={"cache": {"notReadyPolicy": "PassAll"}})
+    client = client_for(service)
+    answer = client.post("/filter", content=filter_body(pod_obj("p", gpus=100), ["a", "b", "a"])).json()
+    assert answer["NodeNames"] == ["a", "b"] and answer["Error"] == ""
+
+
+def test_internal_error_still_answers_200(client_for: Any) -> None:
+    service = make_service([node_obj("g1")])
+
+    def boom(body: bytes) -> Any:
+        raise RuntimeError("kaboom")
+
+    service.filter = boom  # type: ignore[method-assign]
+    client = client_for(service)
+    answer = client.post("/filter", content=filter_body(pod_obj("p"), ["g1"])).json()
+    assert answer["Error"] == "internal error in the GPU extender: RuntimeError: kaboom"
+    assert answer["NodeNames"] is None

@@ -1,0 +1,209 @@
+"""Extender verbs over the cache: filter reasons, bind and the assume ledger, preemption, explain."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+from app.service import BindError
+from app.snapshot import SnapshotBinder
+from tests.conftest import bind_body, filter_body, make_service, node_obj, pod_obj
+
+
+def _filter(service: Any, pod: dict[str, Any], names: list[str]) -> dict[str, Any]:
+    return service.filter(filter_body(pod, names))
+
+
+def _bind(service: Any, pod: dict[str, Any], node: str) -> dict[str, Any]:
+    return asyncio.run(service.bind(bind_body(pod, node)))
+
+
+def test_filter_counts_bound_pods_and_separates_resolvable() -> None:
+    bound = [pod_obj("a", gpus=3, node="g1", phase="Running"), pod_obj("done", gpus=4, node="g2", phase="Succeeded")]
+    service = make_service([node_obj("g1", gpus=4), node_obj("g2", gpus=4), node_obj("small", gpus=1)], bound)
+    answer = _filter(service, pod_obj("p", gpus=2), ["g1", "g2", "small"])
+    assert answer["NodeNames"] == ["g2"]  # the Succeeded pod frees its GPUs
+    assert answer["FailedNodes"] == {"g1": "Insufficient nvidia.com/gpu"}  # preemption could free g1
+    assert answer["FailedAndUnresolvableNodes"] == {"small": "Insufficient nvidia.com/gpu"}  # never fits
+
+
+def test_filter_non_cache_mode_uses_request_nodes_for_unknown_nodes() -> None:
+    service = make_service([node_obj("g1", gpus=1)])
+    items = [node_obj("g1", gpus=1), node_obj("fresh", gpus=2), {"metadata": {"name": "bad"}, "status": {"allocatable": {"nvidia.com/gpu": "x"}}}]
+    body = json.dumps({"Pod": pod_obj("p", gpus=2), "Nodes": {"metadata": {}, "items": items}, "NodeNames": None})
+    answer = service.filter(body.encode())
+    assert answer["NodeNames"] is None
+    assert [json.loads(bytes(raw))["metadata"]["name"] for raw in answer["Nodes"]["items"]] == ["fresh"]
+    assert answer["FailedAndUnresolvableNodes"] == {
+        "g1": "Insufficient nvidia.com/gpu",
+        "bad": "node(s) with invalid allocatable",
+    }
+
+
+def test_bind_assumes_so_the_next_filter_sees_it() -> None:
+    service = make_service([node_obj("g1", gpus=4)])
+    first, second = pod_obj("first", gpus=3), pod_obj("second", gpus=2)
+    assert _filter(service, first, ["g1"])["NodeNames"] == ["g1"]
+    assert _filter(service, second, ["g1"])["NodeNames"] == ["g1"]
+    assert _bind(service, first, "g1") == {"Error": ""}
+    assert _filter(service, second, ["g1"])["FailedNodes"] == {"g1": "Insufficient nvidia.com/gpu"}
+    error = _bind(service, second, "g1")["Error"]
+    assert error == "node g1 no longer fits pod default/second: Insufficient nvidia.com/gpu"
+    service.cache.check_invariants()
+
+
+def test_bind_is_idempotent_and_refuses_other_nodes() -> None:
+    service = make_service([node_obj("g1", gpus=4), node_obj("g2", gpus=4)])
+    pod = pod_obj("p", gpus=1)
+    _filter(service, pod, ["g1", "g2"])
+    assert _bind(service, pod, "g1") == {"Error": ""}
+    assert _bind(service, pod, "g1") == {"Error": ""}  # kube-scheduler retry after a lost reply
+    assert _bind(service, pod, "g2")["Error"] == "pod default/p is already bound to node g1"
+    assert service.cache.usage("g1").requested["nvidia.com/gpu"] == 1
+    assert "nvidia.com/gpu" not in service.cache.usage("g2").requested
+
+
+def test_bind_to_unknown_node() -> None:
+    service = make_service([node_obj("g1")])
+    pod = pod_obj("p", gpus=1)
+    _filter(service, pod, ["g1"])
+    assert _bind(service, pod, "ghost")["Error"] == "node ghost is unknown to the extender"
+    assert not service.cache.ledger
+
+
+def test_bind_with_mismatched_name() -> None:
+    service = make_service([node_obj("g1")])
+    pod = pod_obj("p", gpus=1)
+    _filter(service, pod, ["g1"])
+    other = dict(pod, metadata=dict(pod["metadata"], name="other"))
+    assert "belongs to default/p" in _bind(service, other, "g1")["Error"]
+
+
+class _FailingBinder:
+    def __init__(self, error: BindError) -> None:
+        self.error = error
+
+    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        raise self.error
+
+
+@pytest.mark.parametrize(
+    ("error", "kept", "message"),
+    [
+        (BindError("409 conflict", kind="conflict"), False, "failed: 409 conflict"),
+        (BindError("timed out", kind="unreachable", definite=False), True, "failed: timed out"),
+        (BindError("already there", kind="conflict", bound_to="g1"), True, ""),
+    ],
+)
+def test_bind_failures_release_or_keep_the_assumption(error: BindError, kept: bool, message: str) -> None:
+    service = make_service([node_obj("g1", gpus=4)])
+    service.binder = _FailingBinder(error)
+    pod = pod_obj("p", gpus=2)
+    _filter(service, pod, ["g1"])
+    answer = _bind(service, pod, "g1")
+    assert (message in answer["Error"]) if message else answer == {"Error": ""}
+    assert (pod["metadata"]["uid"] in service.cache.ledger) is kept
+    assert service.cache.usage("g1").requested.get("nvidia.com/gpu", 0) == (2 if kept else 0)
+
+
+def test_retried_pod_does_not_compete_with_its_own_assumption() -> None:
+    service = make_service([node_obj("g1", gpus=2)])
+    service.binder = _FailingBinder(BindError("timed out", definite=False))
+    pod = pod_obj("p", gpus=2)
+    _filter(service, pod, ["g1"])
+    _bind(service, pod, "g1")
+    assert service.cache.usage("g1").requested["nvidia.com/gpu"] == 2
+    # kube-scheduler retries the pod: it must still fit where its own assumption sits.
+    assert _filter(service, pod, ["g1"])["NodeNames"] == ["g1"]
+    service.binder = SnapshotBinder(service.cache)
+    assert _bind(service, pod, "g1") == {"Error": ""}
+    assert service.cache.usage("g1").requested["nvidia.com/gpu"] == 2  # replaced, never doubled
+
+
+def test_concurrent_binds_never_overcommit() -> None:
+    """Many binds in flight at once against one node: exactly capacity-many succeed."""
+
+    class SlowBinder:
+        def __init__(self) -> None:
+            self.bound: list[str] = []
+
+        async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+            await asyncio.sleep(0)  # yield so every bind is in flight together
+            self.bound.append(name)
+
+    service = make_service([node_obj("g1", gpus=8)])
+    service.binder = binder = SlowBinder()
+    pods = [pod_obj(f"p{i}", gpus=1 + i % 3) for i in range(40)]
+    for pod in pods:
+        assert _filter(service, pod, ["g1"])["NodeNames"] == ["g1"]  # all fit an empty node on their own
+
+    async def run() -> list[dict[str, Any]]:
+        return await asyncio.gather(*(service.bind(bind_body(pod, "g1")) for pod in pods))
+
+    results = asyncio.run(run())
+    granted = [pod for pod, result in zip(pods, results, strict=True) if result == {"Error": ""}]
+    gpus = sum(int(p["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"]) for p in granted)
+    # Each bind assumes before its first await, in arrival order: 1+2+3+1 = 7, p4 (2) and p5 (3) no
+    # longer fit, p6 (1) makes 8, and nothing fits after that.
+    assert gpus == 8
+    assert sorted(binder.bound) == sorted(p["metadata"]["name"] for p in granted)
+    assert service.cache.usage("g1").requested["nvidia.com/gpu"] == gpus
+    service.cache.check_invariants()
+
+
+def test_preempt_keeps_victims_only_when_they_make_room() -> None:
+    victims = {
+        "v1": pod_obj("v1", gpus=2, node="g1", phase="Running", priority=10),
+        "v2": pod_obj("v2", gpus=2, node="g1", phase="Running", priority=5),
+        "v3": pod_obj("v3", gpus=0, node="g2", phase="Running"),
+        "v4": pod_obj("v4", gpus=4, node="g3", phase="Running"),
+    }
+    fill = pod_obj("fill", gpus=4, node="g2", phase="Running")
+    service = make_service([node_obj(n, gpus=4) for n in ("g1", "g2", "g3", "g4")], [*victims.values(), fill])
+
+    def uid(name: str) -> dict[str, str]:
+        return {"UID": victims[name]["metadata"]["uid"]}
+
+    body = {
+        "Pod": pod_obj("hi", gpus=3, priority=100),
+        "NodeNameToMetaVictims": {
+            "g1": {"Pods": [uid("v1"), uid("v2")], "NumPDBViolations": 1},  # frees 4 -> fits
+            "g2": {"Pods": [uid("v3")], "NumPDBViolations": 0},  # frees no GPU -> dropped
+            "g3": {"Pods": [uid("v4")], "NumPDBViolations": 0},  # frees 4 -> fits
+            "g4": {"Pods": [], "NumPDBViolations": 0},  # placeholder, already fits -> kept empty
+            "ghost": {"Pods": [], "NumPDBViolations": 0},
+        },
+        "NodeNameToVictims": None,
+    }
+    answer = service.preempt(json.dumps(body).encode())
+    assert answer == {
+        "NodeNameToMetaVictims": {
+            "g1": {"Pods": [uid("v1"), uid("v2")], "NumPDBViolations": 1},
+            "g3": {"Pods": [uid("v4")], "NumPDBViolations": 0},
+            "g4": {"Pods": [], "NumPDBViolations": 0},
+        }
+    }
+
+
+def test_preempt_non_cache_mode_answers_meta_victims() -> None:
+    victim = pod_obj("v", gpus=4, node="g1", phase="Running")
+    service = make_service([node_obj("g1", gpus=4)], [victim])
+    body = {"Pod": pod_obj("hi", gpus=4), "NodeNameToVictims": {"g1": {"Pods": [victim], "NumPDBViolations": 0}}}
+    answer = service.preempt(json.dumps(body).encode())
+    assert answer == {"NodeNameToMetaVictims": {"g1": {"Pods": [{"UID": victim["metadata"]["uid"]}], "NumPDBViolations": 0}}}
+
+
+def test_explain_reports_verdicts_and_raw_scores() -> None:
+    service = make_service([node_obj("g1", cpu="10", memory="10Gi", gpus=4), node_obj("c1", cpu="10", memory="10Gi", gpus=None)])
+    explained = service.explain(filter_body(pod_obj("p", gpus=1, cpu="5", memory="5Gi"), ["g1", "c1"]))
+    g1, c1 = explained["nodes"]
+    assert g1["filter"] == {"passed": True, "reason": "", "code": "Success"}
+    # FitPlus on g1: gpu Most 1/4 -> 25 (w2), cpu Least 5/10 -> 50, memory Least 50 -> (50+50+50)//4 = 37.
+    # SRA: the pod requests every type g1 offers (pods never counts) -> 100. Mean (37+100)//2 = 68 -> 7.
+    assert g1["scores"] == {"NodeResourcesFitPlus": 37, "ScarceResourceAvoidance": 100}
+    assert (g1["nodeScore"], g1["score"]) == (68, 7)
+    assert g1["managed"] == {"nvidia.com/gpu": {"allocatable": 4, "requested": 0, "pod": 1}}
+    assert c1["filter"] == {"passed": False, "reason": "Insufficient nvidia.com/gpu", "code": "UnschedulableAndUnresolvable"}
