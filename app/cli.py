@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from app.config import ConfigError, load_config
 
@@ -32,6 +33,21 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _graceful_server_class() -> type:
+    import uvicorn
+
+    class GracefulServer(uvicorn.Server):
+        """SIGTERM is how Kubernetes stops us: after the graceful shutdown, exit 0 instead of re-raising it."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            with super().capture_signals():
+                yield
+                self._captured_signals.clear()
+
+    return GracefulServer
+
+
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -49,15 +65,18 @@ def _serve(args: argparse.Namespace) -> int:
     except SnapshotError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    uvicorn.run(
-        runtime.app(),
-        host=args.host,
-        port=args.port,
-        log_config=None,
-        access_log=False,
-        timeout_graceful_shutdown=10,
+    server = _graceful_server_class()(
+        uvicorn.Config(
+            runtime.app(),
+            host=args.host,
+            port=args.port,
+            log_config=None,
+            access_log=False,
+            timeout_graceful_shutdown=10,
+        )
     )
-    return 0
+    server.run()
+    return 0 if server.started else 1
 
 
 def _check_config(args: argparse.Namespace) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-__all__ = ["QuantityError", "parse_quantity", "to_milli", "to_value"]
+__all__ = ["QuantityError", "ceil_milli", "ceil_value", "parse_quantity", "to_milli", "to_value"]
 
 # <sign>?<digits>[.<digits>] followed by a binary-SI, decimal-SI or decimal-exponent suffix.
 _QUANTITY = re.compile(
@@ -61,15 +61,21 @@ def parse_quantity(text: str | int) -> Fraction:
     return -value if match["sign"] == "-" else value
 
 
-def _ceil(value: Fraction) -> int:
+def ceil_value(value: Fraction) -> int:
+    """``Quantity.Value()`` of an exact amount: rounded up."""
     return -((-value.numerator) // value.denominator)
+
+
+def ceil_milli(value: Fraction) -> int:
+    """``Quantity.MilliValue()`` of an exact amount: thousandths, rounded up."""
+    return ceil_value(value * 1000)
 
 
 def to_value(text: str | int) -> int:
     """``Quantity.Value()``: the integer value, rounded up (``"1m"`` of memory is 1 byte)."""
-    return _ceil(parse_quantity(text))
+    return ceil_value(parse_quantity(text))
 
 
 def to_milli(text: str | int) -> int:
     """``Quantity.MilliValue()``: thousandths, rounded up (``"0.0001"`` cpu is 1 millicore)."""
-    return _ceil(parse_quantity(text) * 1000)
+    return ceil_milli(parse_quantity(text))

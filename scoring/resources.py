@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
-from scoring.quantity import QuantityError, to_milli, to_value
+from scoring.quantity import QuantityError, ceil_milli, ceil_value, parse_quantity, to_milli, to_value
 
 __all__ = [
     "CPU",
@@ -69,17 +70,22 @@ def parse_resource_list(raw: Mapping[str, Any] | None, field: str = "resources")
     return out
 
 
-def _add(into: ResourceList, other: Mapping[str, int]) -> None:
+# Aggregation works on exact quantities and rounds once per pod, as PodRequests sums Quantities
+# and the scheduler calls MilliValue()/Value() on the total.
+_Exact = dict[str, Fraction]
+
+
+def _add(into: _Exact, other: Mapping[str, Fraction]) -> None:
     for name, amount in other.items():
-        into[name] = into.get(name, 0) + amount
+        into[name] = into.get(name, Fraction(0)) + amount
 
 
-def _max(into: ResourceList, other: Mapping[str, int]) -> None:
+def _max(into: _Exact, other: Mapping[str, Fraction]) -> None:
     for name, amount in other.items():
         into[name] = max(into.get(name, amount), amount)
 
 
-def _with_defaults(requests: ResourceList, defaults: Mapping[str, int] | None) -> ResourceList:
+def _with_defaults(requests: _Exact, defaults: Mapping[str, Fraction] | None) -> _Exact:
     if not defaults:
         return requests
     filled = dict(requests)
@@ -88,19 +94,45 @@ def _with_defaults(requests: ResourceList, defaults: Mapping[str, int] | None) -
     return filled
 
 
+def _exact_list(raw: Mapping[str, Any] | None, field: str) -> _Exact:
+    out: _Exact = {}
+    if not raw:
+        return out
+    if not isinstance(raw, Mapping):
+        raise QuantityError(f"{field}: must be a map of resource name to quantity")
+    for name, quantity in raw.items():
+        try:
+            out[name] = parse_quantity(quantity)
+        except QuantityError as exc:
+            raise QuantityError(f"{field}[{name}]: {exc}") from None
+    return out
+
+
+def _canonical(exact: Mapping[str, Fraction]) -> ResourceList:
+    return {name: ceil_milli(v) if name == CPU else ceil_value(v) for name, v in exact.items()}
+
+
+def _container_requests(container: Mapping[str, Any]) -> _Exact:
+    if not isinstance(container, Mapping):
+        raise QuantityError("containers must be objects")
+    resources = container.get("resources") or {}
+    name = container.get("name", "?")
+    return _exact_list(resources.get("requests"), f"container {name!r} requests")
+
+
 def _aggregate(
     containers: Iterable[Mapping[str, Any]],
     init_containers: Iterable[Mapping[str, Any]],
-    pod_level: ResourceList,
-    overhead: ResourceList,
-    defaults: Mapping[str, int] | None,
+    pod_level: _Exact,
+    overhead: _Exact,
+    defaults: Mapping[str, Fraction] | None,
 ) -> ResourceList:
     """KEP-753 aware aggregation: regular + sidecars summed, init containers by max, then overhead."""
-    total: ResourceList = {}
+    total: _Exact = {}
     for container in containers:
         _add(total, _with_defaults(_container_requests(container), defaults))
-    sidecars: ResourceList = {}
-    init_peak: ResourceList = {}
+    sidecars: _Exact = {}
+    init_peak: _Exact = {}
     for container in init_containers:
         requests = _with_defaults(_container_requests(container), defaults)
         if container.get("restartPolicy") == "Always":
@@ -116,16 +148,13 @@ def _aggregate(
         if name in pod_level:
             total[name] = pod_level[name]
     _add(total, overhead)
-    return total
+    return _canonical(total)
 
 
-def _container_requests(container: Mapping[str, Any]) -> ResourceList:
-    resources = container.get("resources") or {}
-    name = container.get("name", "?")
-    return parse_resource_list(resources.get("requests"), f"container {name!r} requests")
-
-
-_NON_ZERO_DEFAULTS = {CPU: DEFAULT_MILLI_CPU_REQUEST, MEMORY: DEFAULT_MEMORY_REQUEST}
+_NON_ZERO_DEFAULTS = {
+    CPU: Fraction(DEFAULT_MILLI_CPU_REQUEST, 1000),
+    MEMORY: Fraction(DEFAULT_MEMORY_REQUEST),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,8 +190,10 @@ def pod_resources(spec: Mapping[str, Any]) -> PodResources:
     """
     containers = spec.get("containers") or []
     init_containers = spec.get("initContainers") or []
-    pod_level = parse_resource_list((spec.get("resources") or {}).get("requests"), "spec.resources.requests")
-    overhead = parse_resource_list(spec.get("overhead"), "spec.overhead")
+    if not isinstance(containers, list) or not isinstance(init_containers, list):
+        raise QuantityError("spec.containers and spec.initContainers must be lists")
+    pod_level = _exact_list((spec.get("resources") or {}).get("requests"), "spec.resources.requests")
+    overhead = _exact_list(spec.get("overhead"), "spec.overhead")
     requests = _aggregate(containers, init_containers, pod_level, overhead, None)
     non_zero = _aggregate(containers, init_containers, pod_level, overhead, _NON_ZERO_DEFAULTS)
     return PodResources(

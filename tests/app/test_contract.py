@@ -121,9 +121,7 @@ def _check_preempt(entry: dict[str, Any], sent: dict[str, Any], answer: dict[str
     proposed = sent["NodeNameToMetaVictims"] if cache_mode else sent["NodeNameToVictims"]
     expected = {
         node: {
-            "Pods": [
-                {"UID": pod["UID"] if cache_mode else pod["metadata"]["uid"]} for pod in victims["Pods"]
-            ],
+            "Pods": [{"UID": pod["UID"] if cache_mode else pod["metadata"]["uid"]} for pod in victims["Pods"]],
             "NumPDBViolations": victims["NumPDBViolations"],
         }
         for node, victims in proposed.items()

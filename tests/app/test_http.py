@@ -14,7 +14,9 @@ VERBS = ["/filter", "/prioritize", "/bind", "/preempt"]
 
 @pytest.fixture
 def client(client_for: Any) -> Any:
-    service = make_service([node_obj("g1", gpus=4), node_obj("c1", gpus=None)], config={"server": {"maxRequestBytes": 4096}})
+    service = make_service(
+        [node_obj("g1", gpus=4), node_obj("c1", gpus=None)], config={"server": {"maxRequestBytes": 4096}}
+    )
     return client_for(service)
 
 

@@ -57,7 +57,9 @@ class Harness:
     def server_pods(self) -> set[str]:
         """UIDs of non-terminal pods the API server holds (what the cache must hold)."""
         pods = [self.fake.get("Pod", n, ns) for (kind, ns, n) in list(self.fake._objects) if kind == "Pod"]
-        return {p["metadata"]["uid"] for p in pods if p and p.get("status", {}).get("phase") not in ("Succeeded", "Failed")}
+        return {
+            p["metadata"]["uid"] for p in pods if p and p.get("status", {}).get("phase") not in ("Succeeded", "Failed")
+        }
 
     def consistent(self) -> bool:
         return set(self.cache.pods) == self.server_pods()

@@ -32,7 +32,11 @@ def test_filter_counts_bound_pods_and_separates_resolvable() -> None:
 
 def test_filter_non_cache_mode_uses_request_nodes_for_unknown_nodes() -> None:
     service = make_service([node_obj("g1", gpus=1)])
-    items = [node_obj("g1", gpus=1), node_obj("fresh", gpus=2), {"metadata": {"name": "bad"}, "status": {"allocatable": {"nvidia.com/gpu": "x"}}}]
+    items = [
+        node_obj("g1", gpus=1),
+        node_obj("fresh", gpus=2),
+        {"metadata": {"name": "bad"}, "status": {"allocatable": {"nvidia.com/gpu": "x"}}},
+    ]
     body = json.dumps({"Pod": pod_obj("p", gpus=2), "Nodes": {"metadata": {}, "items": items}, "NodeNames": None})
     answer = service.filter(body.encode())
     assert answer["NodeNames"] is None
@@ -193,11 +197,15 @@ def test_preempt_non_cache_mode_answers_meta_victims() -> None:
     service = make_service([node_obj("g1", gpus=4)], [victim])
     body = {"Pod": pod_obj("hi", gpus=4), "NodeNameToVictims": {"g1": {"Pods": [victim], "NumPDBViolations": 0}}}
     answer = service.preempt(json.dumps(body).encode())
-    assert answer == {"NodeNameToMetaVictims": {"g1": {"Pods": [{"UID": victim["metadata"]["uid"]}], "NumPDBViolations": 0}}}
+    assert answer == {
+        "NodeNameToMetaVictims": {"g1": {"Pods": [{"UID": victim["metadata"]["uid"]}], "NumPDBViolations": 0}}
+    }
 
 
 def test_explain_reports_verdicts_and_raw_scores() -> None:
-    service = make_service([node_obj("g1", cpu="10", memory="10Gi", gpus=4), node_obj("c1", cpu="10", memory="10Gi", gpus=None)])
+    service = make_service(
+        [node_obj("g1", cpu="10", memory="10Gi", gpus=4), node_obj("c1", cpu="10", memory="10Gi", gpus=None)]
+    )
     explained = service.explain(filter_body(pod_obj("p", gpus=1, cpu="5", memory="5Gi"), ["g1", "c1"]))
     g1, c1 = explained["nodes"]
     assert g1["filter"] == {"passed": True, "reason": "", "code": "Success"}
@@ -206,4 +214,8 @@ def test_explain_reports_verdicts_and_raw_scores() -> None:
     assert g1["scores"] == {"NodeResourcesFitPlus": 37, "ScarceResourceAvoidance": 100}
     assert (g1["nodeScore"], g1["score"]) == (68, 7)
     assert g1["managed"] == {"nvidia.com/gpu": {"allocatable": 4, "requested": 0, "pod": 1}}
-    assert c1["filter"] == {"passed": False, "reason": "Insufficient nvidia.com/gpu", "code": "UnschedulableAndUnresolvable"}
+    assert c1["filter"] == {
+        "passed": False,
+        "reason": "Insufficient nvidia.com/gpu",
+        "code": "UnschedulableAndUnresolvable",
+    }

@@ -1,0 +1,141 @@
+"""Cache accounting: every pod counted exactly once, in any event order; the assume ledger."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from app.cache import ClusterCache
+from app.objects import node_from_obj, pod_from_obj
+from scoring.framework import Code, Status
+from tests.conftest import node_obj, pod_obj
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _cache(clock: Clock | None = None) -> ClusterCache:
+    cache = ClusterCache(assume_ttl=60, clock=clock or Clock())
+    cache.replace_nodes([node_from_obj(node_obj("g1", gpus=8)), node_from_obj(node_obj("g2", gpus=8))])
+    return cache
+
+
+def test_update_moves_contribution_and_delete_is_idempotent() -> None:
+    cache = _cache()
+    pod = pod_from_obj(pod_obj("p", gpus=2, cpu="500m", memory=None, node="g1", phase="Running"))
+    cache.upsert_pod(pod)
+    cache.upsert_pod(pod)  # a duplicate event changes nothing
+    info = cache.node_info("g1")
+    assert info is not None
+    assert info.requested == {"cpu": 500, "nvidia.com/gpu": 2}
+    assert (info.non_zero_cpu, info.non_zero_memory, info.pod_count) == (500, 200 * 1024 * 1024, 1)
+    cache.upsert_pod(replace(pod, node_name="g2"))
+    assert cache.usage("g1").requested == {} and cache.usage("g2").requested["nvidia.com/gpu"] == 2
+    cache.delete_pod(pod.uid)
+    cache.delete_pod(pod.uid)
+    assert cache.usage("g2").pod_count == 0
+    cache.check_invariants()
+
+
+def test_assumption_lifecycle() -> None:
+    clock = Clock()
+    cache = _cache(clock)
+    pod = pod_from_obj(pod_obj("p", gpus=3))
+    cache.upsert_pod(pod)  # pending: counts nowhere
+    assert cache.usage("g1").pod_count == 0
+    assert cache.assume(pod, "g1") is None
+    assert cache.usage("g1").requested["nvidia.com/gpu"] == 3 and cache.usage("g1").assumed_count == 1
+    assert cache.assume(pod, "g2") is None  # replaced, never added twice
+    assert cache.usage("g1").pod_count == 0 and cache.usage("g2").requested["nvidia.com/gpu"] == 3
+    cache.upsert_pod(replace(pod, node_name="g2"))  # the watch confirms
+    assert not cache.ledger and cache.usage("g2").assumed_count == 0
+    assert cache.usage("g2").requested["nvidia.com/gpu"] == 3
+    cache.check_invariants()
+
+
+def test_assumption_expires_after_ttl() -> None:
+    clock = Clock()
+    cache = _cache(clock)
+    pod = pod_from_obj(pod_obj("p", gpus=3))
+    cache.assume(pod, "g1")
+    clock.now += 59
+    assert cache.expire() == []
+    clock.now += 2
+    assert [a.pod.uid for a in cache.expire()] == [pod.uid]
+    assert cache.usage("g1").requested == {}
+
+
+def test_failed_check_leaves_previous_assumption() -> None:
+    cache = _cache()
+    pod = pod_from_obj(pod_obj("p", gpus=3))
+    cache.assume(pod, "g1")
+    refused = Status(Code.UNSCHEDULABLE, "no")
+    assert cache.assume(pod, "g2", check=lambda node: refused) is refused
+    assert cache.ledger[pod.uid].node == "g1" and cache.usage("g1").requested["nvidia.com/gpu"] == 3
+    cache.check_invariants()
+
+
+def test_deleted_pod_drops_assumption_and_terminal_pod_stops_counting() -> None:
+    cache = _cache()
+    pod = pod_from_obj(pod_obj("p", gpus=1))
+    cache.assume(pod, "g1")
+    cache.delete_pod(pod.uid)
+    assert not cache.ledger and cache.usage("g1").pod_count == 0
+    running = pod_from_obj(pod_obj("r", gpus=1, node="g1", phase="Running"))
+    cache.upsert_pod(running)
+    cache.upsert_pod(replace(running, terminal=True))
+    assert cache.usage("g1").pod_count == 0
+    cache.check_invariants()
+
+
+def test_relist_replaces_exactly() -> None:
+    cache = _cache()
+    a = pod_from_obj(pod_obj("a", gpus=1, node="g1", phase="Running"))
+    b = pod_from_obj(pod_obj("b", gpus=2, node="g1", phase="Running"))
+    cache.replace_pods([a, b])
+    cache.replace_pods([replace(b, node_name="g2")])
+    assert set(cache.pods) == {b.uid}
+    assert cache.usage("g1").requested == {} and cache.usage("g2").requested["nvidia.com/gpu"] == 2
+    cache.check_invariants()
+
+
+_ops = st.lists(
+    st.tuples(
+        st.sampled_from(["upsert", "delete", "assume", "forget", "expire", "relist"]),
+        st.integers(0, 5),  # pod
+        st.sampled_from(["", "g1", "g2"]),  # node
+        st.booleans(),  # terminal
+        st.integers(0, 4),  # gpus
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_ops)
+def test_any_event_order_keeps_usage_exact(ops: list[tuple[str, int, str, bool, int]]) -> None:
+    clock = Clock()
+    cache = _cache(clock)
+    for op, index, node, terminal, gpus in ops:
+        pod = replace(pod_from_obj(pod_obj(f"p{index}", gpus=gpus, uid=f"uid-{index}", node=node)), terminal=terminal)
+        if op == "upsert":
+            cache.upsert_pod(pod)
+        elif op == "delete":
+            cache.delete_pod(pod.uid)
+        elif op == "assume":
+            cache.assume(pod, node or "g1")
+        elif op == "forget":
+            cache.forget(pod.uid)
+        elif op == "expire":
+            clock.now += 61
+            cache.expire()
+        else:
+            cache.replace_pods([p for p in cache.pods.values() if p.uid != pod.uid])
+        cache.check_invariants()
