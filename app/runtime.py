@@ -17,7 +17,7 @@ from app.kube import KubeClient
 from app.metrics import Metrics
 from app.reflector import Reflector, node_resource, pod_resource
 from app.server import create_app
-from app.service import ExtenderService
+from app.service import Binder, ExtenderService
 from app.snapshot import SOURCES, SnapshotBinder, load_snapshot
 
 __all__ = ["Runtime", "build_cluster_runtime", "build_snapshot_runtime", "readiness"]
@@ -75,34 +75,36 @@ class Runtime:
                 log.warning("assumption of %s on %s expired unconfirmed", assumption.pod.key, assumption.node)
 
 
-def _base(config: ExtenderConfiguration) -> tuple[ClusterCache, Metrics]:
-    cache = ClusterCache(assume_ttl=config.cache.assumeTTLSeconds)
-    return cache, Metrics()
+def _runtime(
+    config: ExtenderConfiguration,
+    cache: ClusterCache,
+    binder: Binder,
+    sources: tuple[str, ...],
+    reflectors: list[Reflector] | None = None,
+    client: KubeClient | None = None,
+    metrics: Metrics | None = None,
+) -> Runtime:
+    metrics = metrics or Metrics()
+    service = ExtenderService(
+        config,
+        cache,
+        binder,
+        metrics,
+        readiness=lambda: readiness(cache, sources, config.cache.staleAfterSeconds),
+    )
+    return Runtime(config, cache, service, metrics, reflectors or [], client)
 
 
 def build_snapshot_runtime(config: ExtenderConfiguration, snapshot: str) -> Runtime:
-    cache, metrics = _base(config)
+    cache = ClusterCache(assume_ttl=config.cache.assumeTTLSeconds)
     load_snapshot(snapshot, cache)
-    service = ExtenderService(
-        config,
-        cache,
-        SnapshotBinder(cache),
-        metrics,
-        readiness=lambda: readiness(cache, SOURCES, config.cache.staleAfterSeconds),
-    )
-    return Runtime(config, cache, service, metrics)
+    return _runtime(config, cache, SnapshotBinder(cache), SOURCES)
 
 
 def build_cluster_runtime(config: ExtenderConfiguration, kubeconfig: str | None) -> Runtime:
-    cache, metrics = _base(config)
+    cache = ClusterCache(assume_ttl=config.cache.assumeTTLSeconds)
+    metrics = Metrics()
     client = KubeClient.from_kubeconfig(kubeconfig)
     reflectors = [Reflector(client, cache, resource, metrics) for resource in (node_resource, pod_resource)]
     names = tuple(r.resource.name for r in reflectors)
-    service = ExtenderService(
-        config,
-        cache,
-        ApiBinder(client),
-        metrics,
-        readiness=lambda: readiness(cache, names, config.cache.staleAfterSeconds),
-    )
-    return Runtime(config, cache, service, metrics, reflectors, client)
+    return _runtime(config, cache, ApiBinder(client), names, reflectors, client, metrics)

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from scoring.framework import MAX_NODE_SCORE, ArgsError, NodeInfo, PodInfo
+from scoring.framework import MAX_NODE_SCORE, ArgsError, NodeInfo, PodInfo, args_field
 
 __all__ = ["NAME", "NodeResourcesFitPlus", "NodeResourcesFitPlusArgs", "ResourceStrategy", "StrategyType"]
 
@@ -42,12 +42,7 @@ class NodeResourcesFitPlusArgs:
     @classmethod
     def parse(cls, raw: Any, path: str = "args") -> NodeResourcesFitPlusArgs:
         """Validate at config load (upstream validates nothing: we refuse what would score silently wrong)."""
-        if not isinstance(raw, Mapping):
-            raise ArgsError(f"{path}: must be a mapping with a 'resources' field")
-        unknown = set(raw) - {"resources"}
-        if unknown:
-            raise ArgsError(f"{path}: unknown field(s) {sorted(unknown)}")
-        resources = raw.get("resources")
+        resources = args_field(raw, path, "resources", "resource name to {type, weight}")
         if not isinstance(resources, Mapping) or not resources:
             raise ArgsError(f"{path}.resources: must be a non-empty map of resource name to {{type, weight}}")
         parsed: dict[str, ResourceStrategy] = {}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from scoring.resources import CPU, MEMORY, PodResources, is_scored_resource_name
 
@@ -26,6 +26,7 @@ __all__ = [
     "PodInfo",
     "ScorePlugin",
     "Status",
+    "args_field",
     "combine_scores",
     "to_extender_priority",
 ]
@@ -86,6 +87,16 @@ class NodeInfo:
 
 class ArgsError(ValueError):
     """Invalid plugin args; the message starts with the offending field's path."""
+
+
+def args_field(raw: Any, path: str, name: str, expected: str) -> Any:
+    """Check that ``raw`` is a mapping holding only ``name`` and return that field's value."""
+    if not isinstance(raw, Mapping):
+        raise ArgsError(f"{path}: must be a mapping with a {name!r} field ({expected})")
+    unknown = set(raw) - {name}
+    if unknown:
+        raise ArgsError(f"{path}: unknown field(s) {sorted(unknown)}")
+    return raw.get(name)
 
 
 class Code(enum.Enum):

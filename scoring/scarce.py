@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from scoring.framework import MAX_NODE_SCORE, ArgsError, NodeInfo, PodInfo
+from scoring.framework import MAX_NODE_SCORE, ArgsError, NodeInfo, PodInfo, args_field
 
 __all__ = ["NAME", "ScarceResourceAvoidance", "ScarceResourceAvoidanceArgs"]
 
@@ -24,12 +24,7 @@ class ScarceResourceAvoidanceArgs:
 
     @classmethod
     def parse(cls, raw: Any, path: str = "args") -> ScarceResourceAvoidanceArgs:
-        if not isinstance(raw, dict):
-            raise ArgsError(f"{path}: must be a mapping with a 'resources' list")
-        unknown = set(raw) - {"resources"}
-        if unknown:
-            raise ArgsError(f"{path}: unknown field(s) {sorted(unknown)}")
-        resources = raw.get("resources")
+        resources = args_field(raw, path, "resources", "a list of resource names")
         if not isinstance(resources, Sequence) or isinstance(resources, str) or not resources:
             raise ArgsError(f"{path}.resources: must be a non-empty list of resource names")
         seen: set[str] = set()
