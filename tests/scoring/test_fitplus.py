@@ -137,8 +137,8 @@ def test_weightsum_zero_nothing_configured_requested() -> None:
 
 
 def test_weightsum_zero_explicit_zero_request() -> None:
-    # explicit cpu "0" is not "requested" -> nothing scored -> 100 (not LA with amount 0 -> 100 by luck:
-    # use a node where cpu LA would be 0 if it were scored: requested 4000 of 4000)
+    # explicit cpu "0" is not "requested" -> nothing scored -> 100. The node is full, so scoring cpu
+    # would have given LA (4000 - 4000) * 100 // 4000 = 0.
     p = pod(ctr({"cpu": "0"}))
     n = node({"cpu": 4000}, {"cpu": 4000})
     assert plugin({"cpu": (LA, 1)}).score(p, n) == 100
@@ -329,11 +329,20 @@ def _fit_error(raw: Any) -> str:
 
 
 def test_args_parse_valid() -> None:
-    args = NodeResourcesFitPlusArgs.parse({"resources": {GPU: {"type": MA, "weight": 2}, "cpu": {"type": LA}}})
+    args = NodeResourcesFitPlusArgs.parse(
+        {"resources": {GPU: {"type": MA, "weight": 2}, "cpu": {"type": LA, "weight": 1}}}
+    )
     assert args.resources == {
         GPU: ResourceStrategy(StrategyType.MOST_ALLOCATED, 2),
         "cpu": ResourceStrategy(StrategyType.LEAST_ALLOCATED, 1),
     }
+
+
+def test_args_missing_weight_defaults_to_1() -> None:
+    # Project choice, like in-tree NodeResourcesFit's defaulting (weight 0/unset -> 1). Upstream
+    # Koordinator has no defaulting: an omitted weight is Go's zero value, i.e. the resource is ignored.
+    args = NodeResourcesFitPlusArgs.parse({"resources": {"cpu": {"type": LA}}})
+    assert args.resources == {"cpu": ResourceStrategy(StrategyType.LEAST_ALLOCATED, 1)}
 
 
 @pytest.mark.parametrize(

@@ -372,3 +372,16 @@ def test_missing_containers_key() -> None:
     assert pr.requests == {}
     assert pr.non_zero_cpu == 0
     assert pr.non_zero_memory == 0
+
+
+def test_aggregate_rounds_after_init_max_and_overhead() -> None:
+    # exact: containers 0.4m + 0.4m = 0.8m; init 0.9m -> max 0.9m -> ceil 1m
+    # (rounding per container first: 1 + 1 = 2 vs init 1 -> 2)
+    spec = {"containers": [ctr({"cpu": "400u"}), ctr({"cpu": "400u"})], "initContainers": [ctr({"cpu": "900u"})]}
+    assert pod_resources(spec).requests["cpu"] == 1
+    # exact: container 0.5m + overhead 0.5m = 1m -> 1 (per-part rounding would give 2)
+    spec = {"containers": [ctr({"cpu": "500u"})], "overhead": {"cpu": "500u"}}
+    assert pod_resources(spec).requests["cpu"] == 1
+    # memory: 0.5 + 0.5 bytes = 1 byte -> 1
+    spec = {"containers": [ctr({"memory": "500m"}), ctr({"memory": "500m"})]}
+    assert pod_resources(spec).requests["memory"] == 1

@@ -1,0 +1,117 @@
+"""ManagedResourcesFit: the Filter check for extender-managed resources (in-tree Fit semantics).
+
+want > allocatable              -> UnschedulableAndUnresolvable (no preemption can help)
+requested + want > allocatable  -> Unschedulable               (preemption may help)
+reason: "Insufficient <resource>"
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from scoring.framework import SUCCESS, Code, NodeInfo, PodInfo, Status
+from scoring.managed_fit import NAME, ManagedResourcesFit, insufficient_reason
+from scoring.resources import pod_resources
+
+GPU = "nvidia.com/gpu"
+FPGA = "example.com/fpga"
+
+
+def pod(requests: dict[str, Any] | None = None, **spec: Any) -> PodInfo:
+    containers = [{"name": "c", "resources": {"requests": requests or {}}}]
+    return PodInfo(uid="u", namespace="ns", name="p", resources=pod_resources({"containers": containers, **spec}))
+
+
+def node(allocatable: Mapping[str, int], requested: Mapping[str, int] | None = None) -> NodeInfo:
+    return NodeInfo(
+        name="n",
+        allocatable=dict(allocatable),
+        requested=dict(requested or {}),
+        allocatable_types=NodeInfo.types_of(allocatable),
+    )
+
+
+FIT = ManagedResourcesFit([GPU])
+
+
+def test_name_and_reason() -> None:
+    assert NAME == "ManagedResourcesFit"
+    assert FIT.name == "ManagedResourcesFit"
+    assert insufficient_reason(GPU) == "Insufficient nvidia.com/gpu"
+
+
+def test_fits_exactly() -> None:
+    # 6 used + 2 wanted = 8 <= 8
+    status = FIT.filter(pod({GPU: "2"}), node({GPU: 8}, {GPU: 6}))
+    assert status == SUCCESS
+    assert status.passed
+    assert status.code is Code.SUCCESS
+
+
+def test_insufficient_is_unschedulable() -> None:
+    # 7 used + 2 wanted = 9 > 8, but 2 <= 8 on an empty node -> preemption may help
+    status = FIT.filter(pod({GPU: "2"}), node({GPU: 8}, {GPU: 7}))
+    assert status == Status(Code.UNSCHEDULABLE, "Insufficient nvidia.com/gpu")
+    assert not status.passed
+
+
+def test_want_more_than_allocatable_is_unresolvable() -> None:
+    # 9 > 8 even on an empty node
+    status = FIT.filter(pod({GPU: "9"}), node({GPU: 8}))
+    assert status == Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, "Insufficient nvidia.com/gpu")
+
+
+def test_pod_not_requesting_passes_full_node() -> None:
+    assert FIT.filter(pod({"cpu": "1"}), node({GPU: 8, "cpu": 1000}, {GPU: 8, "cpu": 1000})).passed
+    assert FIT.filter(pod(), node({GPU: 8}, {GPU: 9})).passed
+
+
+def test_explicit_zero_request_passes() -> None:
+    assert FIT.filter(pod({GPU: "0"}), node({}, {})).passed
+
+
+def test_node_without_resource_is_unresolvable() -> None:
+    status = FIT.filter(pod({GPU: "1"}), node({"cpu": 32000}))
+    assert status == Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, "Insufficient nvidia.com/gpu")
+    status = FIT.filter(pod({GPU: "1"}), node({"cpu": 32000, GPU: 0}))
+    assert status.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+
+
+def test_unmanaged_resources_are_not_checked() -> None:
+    # cpu is not managed: 999 cores on a 1-core node still passes this check
+    assert FIT.filter(pod({"cpu": "999"}), node({"cpu": 1000})).passed
+
+
+def test_init_container_request_is_counted() -> None:
+    # init container gpu 3 vs container gpu 1 -> want max(1, 3) = 3; 6 + 3 = 9 > 8
+    p = pod({GPU: "1"}, initContainers=[{"name": "i", "resources": {"requests": {GPU: "3"}}}])
+    assert FIT.filter(p, node({GPU: 8}, {GPU: 6})).code is Code.UNSCHEDULABLE
+    assert FIT.filter(p, node({GPU: 8}, {GPU: 5})).passed
+
+
+def test_any_unresolvable_resource_makes_status_unresolvable() -> None:
+    fit = ManagedResourcesFit([GPU, FPGA])
+    # gpu: 7 + 2 > 8 (Unschedulable); fpga: 3 > 2 (Unresolvable) -> Unresolvable
+    status = fit.filter(pod({GPU: "2", FPGA: "3"}), node({GPU: 8, FPGA: 2}, {GPU: 7}))
+    assert status.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+    assert FPGA in status.reason
+
+
+def test_second_resource_insufficient() -> None:
+    fit = ManagedResourcesFit([GPU, FPGA])
+    status = fit.filter(pod({GPU: "1", FPGA: "1"}), node({GPU: 8, FPGA: 2}, {FPGA: 2}))
+    assert status == Status(Code.UNSCHEDULABLE, "Insufficient example.com/fpga")
+
+
+def test_duplicate_managed_names_are_deduplicated() -> None:
+    fit = ManagedResourcesFit([GPU, FPGA, GPU])
+    assert fit.resources == (GPU, FPGA)
+
+
+def test_fits_with_explicit_totals() -> None:
+    # preemption: usage minus victims
+    p = pod({GPU: "4"})
+    assert FIT.fits(p, {GPU: 8}, {GPU: 4}).passed
+    assert FIT.fits(p, {GPU: 8}, {GPU: 5}).code is Code.UNSCHEDULABLE
+    assert FIT.fits(p, {GPU: 3}, {}).code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE
