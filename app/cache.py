@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from scoring.framework import NodeInfo, PodInfo, Status
+from scoring.table import NodeTable
 
 __all__ = ["Assumption", "ClusterCache", "NodeUsage", "SourceState"]
 
@@ -77,6 +78,7 @@ class ClusterCache:
         self._usage: dict[str, NodeUsage] = {}
         self._counted: dict[str, tuple[str, PodInfo, bool]] = {}  # uid -> (node, pod, via assumption)
         self._snapshots: dict[str, NodeInfo] = {}
+        self.table = NodeTable()  # the same snapshots as columns, for batch filtering and scoring
 
     # ------------------------------------------------------------------ reads
     def node_info(self, name: str) -> NodeInfo | None:
@@ -108,6 +110,7 @@ class ClusterCache:
     def delete_node(self, name: str) -> None:
         self.nodes.pop(name, None)
         self._snapshots.pop(name, None)
+        self.table.remove(name)
 
     def replace_nodes(self, nodes: Iterable[Any]) -> None:
         fresh = {node.name: node for node in nodes}
@@ -219,8 +222,10 @@ class ClusterCache:
         node = self.nodes.get(name)
         if node is None:
             self._snapshots.pop(name, None)
+            self.table.remove(name)
             return
-        self._snapshots[name] = self._build(name, node.allocatable)
+        snapshot = self._snapshots[name] = self._build(name, node.allocatable)
+        self.table.upsert(snapshot)
 
     def counts(self) -> dict[str, int]:
         return {

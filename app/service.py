@@ -7,12 +7,15 @@ re-check and the assumption in bind cannot interleave with another bind or filte
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
-from collections import OrderedDict, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
+
+import numpy as np
 
 from app import wire
 from app.cache import ClusterCache
@@ -23,6 +26,7 @@ from scoring.framework import Code, NodeInfo, PodInfo, Status
 from scoring.managed_fit import ManagedResourcesFit
 from scoring.quantity import QuantityError
 from scoring.resources import parse_resource_list
+from scoring.table import EXACT_LIMIT, Batch, BatchVerdicts
 
 __all__ = [
     "REASON_NODE_NOT_IN_CACHE",
@@ -111,17 +115,43 @@ class ExtenderService:
             node = _without(node, pod)  # a retried pod must not compete with its own assumption
         return node
 
+    def _verdict(self, pod: PodInfo, name: str, allocatable: Mapping[str, Any] | None) -> _Verdict:
+        """One node through the scalar pipeline (the definition the batch path must match)."""
+        try:
+            node = self._node_for(pod, name, allocatable)
+        except QuantityError:
+            return _Verdict(name, None, Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, REASON_INVALID_NODE))
+        if node is None:
+            return _Verdict(name, None, Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, REASON_NODE_NOT_IN_CACHE))
+        return _Verdict(name, node, self.profile.filter(pod, node))
+
     def _verdicts(self, pod: PodInfo, args: wire.ExtenderArgs) -> Iterator[_Verdict]:
-        for name, allocatable in _candidates(args):
-            try:
-                node = self._node_for(pod, name, allocatable)
-            except QuantityError:
-                yield _Verdict(name, None, Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, REASON_INVALID_NODE))
-                continue
-            if node is None:
-                yield _Verdict(name, None, Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, REASON_NODE_NOT_IN_CACHE))
-                continue
-            yield _Verdict(name, node, self.profile.filter(pod, node))
+        candidates = _Candidates.of(args)
+        for name in candidates.names:
+            yield self._verdict(pod, name, candidates.allocatable(name))
+
+    def _batch(self, pod: PodInfo, names: list[str]) -> Batch | None:
+        """The candidates as table rows, or None when amounts are too large for int64 arithmetic."""
+        table = self.cache.table
+        if not table.exact or any(abs(v) >= EXACT_LIMIT for v in pod.resources.requests.values()):
+            return None
+        counted = self.cache.counted_node(pod.uid)
+        return table.batch(names, (counted, pod.resources) if counted else None)
+
+    def _filter_verdicts(self, pod: PodInfo, candidates: _Candidates) -> BatchVerdicts:
+        """Verdicts for all candidates: batched from the node table, one by one for unknown nodes."""
+        names = candidates.names
+        batch = self._batch(pod, names)
+        if batch is None:
+            verdicts = BatchVerdicts.passing(len(names))
+            for position, name in enumerate(names):
+                verdicts.set(position, self._verdict(pod, name, candidates.allocatable(name)).status)
+            return verdicts
+        verdicts = self.profile.filter_batch(pod, batch)
+        for position in np.flatnonzero(~batch.known).tolist():
+            name = names[position]
+            verdicts.set(position, self._verdict(pod, name, candidates.allocatable(name)).status)
+        return verdicts
 
     def _record(self, verb: str, pod: str, outcome: str, **detail: Any) -> None:
         entry = {"time": self.wall_clock(), "verb": verb, "pod": pod, "outcome": outcome, **detail}
@@ -154,19 +184,16 @@ class ExtenderService:
             if passthrough:
                 return wire.filter_result(node_names=names)
             return wire.filter_result(nodes=[n.raw for n in _dedupe(args.nodes or [])])
-        passed: list[str] = []
-        failed: dict[str, str] = {}
-        unresolvable: dict[str, str] = {}
-        for verdict in self._verdicts(pod, args):
-            if verdict.status.passed:
-                passed.append(verdict.name)
-            elif verdict.status.code is Code.UNSCHEDULABLE:
-                failed[verdict.name] = verdict.status.reason
-            else:
-                unresolvable[verdict.name] = verdict.status.reason
-        for reason in (*failed.values(), *unresolvable.values()):
-            self.metrics.filter_failures.labels(reason).inc()
-        self._record("filter", pod.key, "ok", passed=len(passed), failed=_reasons(failed, unresolvable))
+        candidates = _Candidates.of(args)
+        names = candidates.names
+        verdicts = self._filter_verdicts(pod, candidates)
+        passed = verdicts.passed(names)
+        failed = verdicts.failed(names, Code.UNSCHEDULABLE)
+        unresolvable = verdicts.failed(names, Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
+        reasons = _reasons(failed, unresolvable)
+        for reason, count in reasons.items():
+            self.metrics.filter_failures.labels(reason).inc(count)
+        self._record("filter", pod.key, "ok", passed=len(passed), failed=reasons)
         if passthrough:
             return wire.filter_result(node_names=passed, failed=failed, unresolvable=unresolvable)
         keep = set(passed)
@@ -186,16 +213,26 @@ class ExtenderService:
         if not_ready:
             self._record("prioritize", pod.key, "not-ready", error=not_ready)
             return []
-        result = []
-        for name, allocatable in _candidates(args):
-            try:
-                node = self._node_for(pod, name, allocatable)
-            except QuantityError:
-                node = None
-            score = 0 if node is None else self.profile.priority(pod, node, plugin)
-            result.append({"Host": name, "Score": score})
+        candidates = _Candidates.of(args)
+        names = candidates.names
+        batch = self._batch(pod, names)
+        priorities = None if batch is None else self.profile.priority_batch(pod, batch, plugin)
+        if priorities is None or batch is None:
+            priorities = [self._priority(pod, name, candidates.allocatable(name), plugin) for name in names]
+        else:
+            for position in np.flatnonzero(~batch.known).tolist():
+                name = names[position]
+                priorities[position] = self._priority(pod, name, candidates.allocatable(name), plugin)
+        result = [{"Host": name, "Score": score} for name, score in zip(names, priorities, strict=True)]
         self._record("prioritize", pod.key, "ok", plugin=plugin or "", nodes=len(result))
         return result
+
+    def _priority(self, pod: PodInfo, name: str, allocatable: Mapping[str, Any] | None, plugin: str | None) -> int:
+        try:
+            node = self._node_for(pod, name, allocatable)
+        except QuantityError:
+            return 0
+        return 0 if node is None else self.profile.priority(pod, node, plugin)
 
     # ------------------------------------------------------------------ preempt
     def preempt(self, body: bytes) -> dict[str, Any]:
@@ -327,11 +364,24 @@ def _without(node: NodeInfo, pod: PodInfo) -> NodeInfo:
     )
 
 
-def _candidates(args: wire.ExtenderArgs) -> list[tuple[str, Mapping[str, Any] | None]]:
-    """Candidate names in request order, each once, with the request's allocatable in NodeList mode."""
-    if args.node_names is not None:
-        return [(name, None) for name in dict.fromkeys(args.node_names)]
-    return [(node.name, node.allocatable or {}) for node in _dedupe(args.nodes or [])]
+@dataclass(frozen=True, slots=True)
+class _Candidates:
+    """Candidate names in request order, each once; in NodeList mode also their allocatable."""
+
+    names: list[str]
+    by_name: dict[str, wire.RequestNode] | None = None
+
+    @staticmethod
+    def of(args: wire.ExtenderArgs) -> _Candidates:
+        if args.node_names is not None:
+            return _Candidates(list(dict.fromkeys(args.node_names)))
+        by_name = {node.name: node for node in reversed(args.nodes or [])}  # first occurrence wins
+        return _Candidates([node.name for node in _dedupe(args.nodes or [])], by_name)
+
+    def allocatable(self, name: str) -> Mapping[str, Any] | None:
+        if self.by_name is None:
+            return None
+        return self.by_name[name].allocatable or {}
 
 
 def _dedupe(nodes: list[wire.RequestNode]) -> list[wire.RequestNode]:
@@ -345,7 +395,4 @@ def _dedupe(nodes: list[wire.RequestNode]) -> list[wire.RequestNode]:
 
 
 def _reasons(failed: Mapping[str, str], unresolvable: Mapping[str, str]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for reason in (*failed.values(), *unresolvable.values()):
-        counts[reason] = counts.get(reason, 0) + 1
-    return counts
+    return dict(Counter(itertools.chain(failed.values(), unresolvable.values())))

@@ -17,7 +17,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from scoring.framework import MAX_NODE_SCORE, ArgsError, NodeInfo, PodInfo, args_field
+from scoring.table import Batch, Int64Array
 
 __all__ = ["NAME", "NodeResourcesFitPlus", "NodeResourcesFitPlusArgs", "ResourceStrategy", "StrategyType"]
 
@@ -95,4 +98,27 @@ class NodeResourcesFitPlus:
             weight_sum += strategy.weight
         if weight_sum == 0:
             return MAX_NODE_SCORE
+        return total // weight_sum
+
+    def score_batch(self, pod: PodInfo, batch: Batch) -> Int64Array:
+        """``score`` for every node of ``batch`` at once (same integer arithmetic, vectorised)."""
+        total = np.zeros(len(batch), dtype=np.int64)
+        weight_sum = 0
+        requested_names = pod.resources.requested_names
+        for name, strategy in self.args.resources.items():
+            if name not in requested_names:
+                continue
+            allocatable = batch.allocatable(name)
+            requested = batch.requested_for_scoring(name) + pod.resources.amount(name)
+            has = allocatable > 0
+            divisor = np.where(has, allocatable, 1)
+            if strategy.type is StrategyType.MOST_ALLOCATED:
+                score = np.where(has, np.minimum(requested, allocatable) * MAX_NODE_SCORE // divisor, 0)
+            else:
+                fits = has & (requested <= allocatable)
+                score = np.where(fits, (allocatable - requested) * MAX_NODE_SCORE // divisor, 0)
+            total += score * strategy.weight
+            weight_sum += strategy.weight
+        if weight_sum == 0:
+            return np.full(len(batch), MAX_NODE_SCORE, dtype=np.int64)
         return total // weight_sum

@@ -125,12 +125,20 @@ class FilterPlugin(Protocol):
 
     def filter(self, pod: PodInfo, node: NodeInfo) -> Status: ...
 
+    def filter_batch(self, pod: PodInfo, batch: Any) -> Any:
+        """``scoring.table.BatchVerdicts`` for a ``scoring.table.Batch``; identical verdicts to ``filter``."""
+        ...
+
 
 class ScorePlugin(Protocol):
     name: str
 
     def score(self, pod: PodInfo, node: NodeInfo) -> int:
         """A score in MIN_NODE_SCORE..MAX_NODE_SCORE."""
+        ...
+
+    def score_batch(self, pod: PodInfo, batch: Any) -> Any:
+        """Scores for every node of a ``scoring.table.Batch`` (an int64 array), or None to fall back."""
         ...
 
 

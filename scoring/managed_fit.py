@@ -10,7 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+import numpy as np
+import numpy.typing as npt
+
 from scoring.framework import SUCCESS, Code, NodeInfo, PodInfo, Status
+from scoring.table import Batch, BatchVerdicts
 
 __all__ = ["NAME", "ManagedResourcesFit", "insufficient_reason"]
 
@@ -44,3 +48,26 @@ class ManagedResourcesFit:
             if unschedulable is None and requested.get(resource, 0) + want > capacity:
                 unschedulable = Status(Code.UNSCHEDULABLE, insufficient_reason(resource))
         return unschedulable or SUCCESS
+
+    def filter_batch(self, pod: PodInfo, batch: Batch) -> BatchVerdicts:
+        """Verdicts for every node of ``batch``, with the precedence of ``fits``: the first resource
+        that can never fit decides, else the first that does not fit now."""
+        size = len(batch)
+        unresolvable: npt.NDArray[np.int64] = np.full(size, -1, dtype=np.int64)
+        unschedulable: npt.NDArray[np.int64] = np.full(size, -1, dtype=np.int64)
+        for index, resource in enumerate(self.resources):
+            want = pod.resources.requests.get(resource, 0)
+            if want <= 0:
+                continue
+            capacity = batch.allocatable(resource)
+            unresolvable[(want > capacity) & (unresolvable < 0)] = index
+            unschedulable[(batch.requested(resource) + want > capacity) & (unschedulable < 0)] = index
+        # Reasons 0..n-1 are "never fits" per resource, n..2n-1 "does not fit now".
+        count = len(self.resources)
+        never = [Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, insufficient_reason(r)) for r in self.resources]
+        not_now = [Status(Code.UNSCHEDULABLE, insufficient_reason(r)) for r in self.resources]
+        codes = np.where(unresolvable >= 0, 2, np.where(unschedulable >= 0, 1, 0)).astype(np.int8)
+        reason_index = np.where(
+            unresolvable >= 0, unresolvable, np.where(unschedulable >= 0, unschedulable + count, -1)
+        )
+        return BatchVerdicts(codes, reason_index, never + not_now)

@@ -10,8 +10,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from scoring import fitplus, scarce
 from scoring.framework import (
+    MAX_EXTENDER_PRIORITY,
+    MIN_EXTENDER_PRIORITY,
     SUCCESS,
     ArgsError,
     FilterPlugin,
@@ -22,6 +26,7 @@ from scoring.framework import (
     combine_scores,
     to_extender_priority,
 )
+from scoring.table import Batch, BatchVerdicts
 
 __all__ = ["SCORE_PLUGINS", "NodeScore", "Profile", "ScorePluginSpec", "build_score_plugin"]
 
@@ -81,3 +86,28 @@ class Profile:
             if spec.plugin.name == plugin:
                 return to_extender_priority(spec.plugin.score(pod, node))
         raise KeyError(plugin)
+
+    def filter_batch(self, pod: PodInfo, batch: Batch) -> BatchVerdicts:
+        """Verdicts for every node of ``batch`` (first failing check wins, as in ``filter``)."""
+        verdicts = BatchVerdicts.passing(len(batch))
+        for check in self.filters:
+            verdicts.merge_later(check.filter_batch(pod, batch))
+        return verdicts
+
+    def priority_batch(self, pod: PodInfo, batch: Batch, plugin: str | None = None) -> list[int] | None:
+        """0..10 priorities for every node of ``batch``; None when a plugin cannot batch."""
+        specs = self.scorers if plugin is None else [s for s in self.scorers if s.plugin.name == plugin]
+        if plugin is not None and not specs:
+            raise KeyError(plugin)
+        total = np.zeros(len(batch), dtype=np.int64)
+        weight_sum = 0
+        for spec in specs:
+            scores = spec.plugin.score_batch(pod, batch)
+            if scores is None:
+                return None
+            total += scores * (spec.weight if plugin is None else 1)
+            weight_sum += spec.weight if plugin is None else 1
+        node_scores = total // weight_sum if weight_sum else np.zeros(len(batch), dtype=np.int64)
+        priorities = np.clip((node_scores + 5) // 10, MIN_EXTENDER_PRIORITY, MAX_EXTENDER_PRIORITY)
+        result: list[int] = priorities.tolist()
+        return result

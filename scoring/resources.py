@@ -7,7 +7,7 @@ Amounts are integers in canonical units: cpu in millicores, everything else in w
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
@@ -168,11 +168,12 @@ class PodResources:
     requests: Mapping[str, int]
     non_zero_cpu: int
     non_zero_memory: int
+    # Scored resource names with a request > 0 (the set P of the plugins), derived once.
+    requested_names: frozenset[str] = field(init=False, compare=False)
 
-    @property
-    def requested_names(self) -> frozenset[str]:
-        """Scored resource names with a request > 0 (the set P of the plugins)."""
-        return frozenset(n for n, v in self.requests.items() if v > 0 and is_scored_resource_name(n))
+    def __post_init__(self) -> None:
+        names = frozenset(n for n, v in self.requests.items() if v > 0 and is_scored_resource_name(n))
+        object.__setattr__(self, "requested_names", names)
 
     def amount(self, name: str) -> int:
         """The amount scoring adds for this pod: non-zero defaults for cpu and memory."""

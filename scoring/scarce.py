@@ -11,7 +11,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from scoring.framework import MAX_NODE_SCORE, ArgsError, NodeInfo, PodInfo, args_field
+from scoring.table import Batch, Int64Array
 
 __all__ = ["NAME", "ScarceResourceAvoidance", "ScarceResourceAvoidanceArgs"]
 
@@ -51,3 +54,19 @@ class ScarceResourceAvoidance:
         if scarce == 0:
             return MAX_NODE_SCORE
         return (len(unrequested) - scarce) * MAX_NODE_SCORE // len(unrequested)
+
+    def score_batch(self, pod: PodInfo, batch: Batch) -> Int64Array | None:
+        """``score`` for every node of ``batch``: set sizes by popcount over per-node type bitmasks.
+
+        None when the cluster has more resource types than bits (the caller scores one by one).
+        """
+        masks = batch.type_masks()
+        if masks is None:
+            return None
+        all_bits = (1 << 64) - 1
+        not_requested = np.uint64(~batch.table.mask_of(pod.resources.requested_names) & all_bits)
+        unrequested = masks & not_requested
+        scarce = np.bitwise_count(unrequested & np.uint64(batch.table.mask_of(self.args.resources))).astype(np.int64)
+        count = np.bitwise_count(unrequested).astype(np.int64)
+        avoid = (count > 0) & (scarce > 0)
+        return np.where(avoid, (count - scarce) * MAX_NODE_SCORE // np.maximum(count, 1), MAX_NODE_SCORE)

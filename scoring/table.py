@@ -1,0 +1,251 @@
+"""NodeTable: every node's scheduling state as columns, for scoring thousands of nodes per request.
+
+kube-scheduler's extender call carries up to all node names of the cluster, and scoring them one
+``NodeInfo`` at a time costs microseconds each in Python. The cache keeps this table in step with
+its snapshots at update time (one row write per change), so a request only gathers rows and runs
+the plugins' vectorised ``*_batch`` functions. The scalar functions remain the definition; tests
+check that both agree.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from scoring.framework import SUCCESS, Code, NodeInfo, Status
+from scoring.resources import CPU, MEMORY, PodResources
+
+__all__ = ["EXACT_LIMIT", "MAX_TYPE_BITS", "Batch", "BatchVerdicts", "NodeTable"]
+
+Int64Array = npt.NDArray[np.int64]
+UInt64Array = npt.NDArray[np.uint64]
+BoolArray = npt.NDArray[np.bool_]
+
+# Resource types are tracked as bits of one uint64 per node (ScarceResourceAvoidance counts types).
+MAX_TYPE_BITS = 64
+# Amounts at or above this could overflow int64 once multiplied by MaxNodeScore; the scalar path
+# (Python integers) takes over when any value reaches it.
+EXACT_LIMIT = 2**56
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """The rows of one request's candidate nodes, gathered once and shared by all plugins.
+
+    ``known`` is False for names the table does not hold; their columns read as an empty node.
+    """
+
+    names: Sequence[str]
+    rows: npt.NDArray[np.intp]
+    known: BoolArray
+    table: NodeTable
+    # A pod retried by kube-scheduler must not compete with its own assumption: its contribution
+    # is taken out at this position (as ``NodeInfo`` snapshots do with ``without``).
+    discount_position: int = -1
+    discount: PodResources | None = None
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def allocatable(self, resource: str) -> Int64Array:
+        return self.table.gather(self.table.allocatable, resource, self.rows, self.known)
+
+    def requested(self, resource: str) -> Int64Array:
+        values = self.table.gather(self.table.requested, resource, self.rows, self.known)
+        if self.discount is not None:
+            values[self.discount_position] -= self.discount.requests.get(resource, 0)
+        return values
+
+    def requested_for_scoring(self, resource: str) -> Int64Array:
+        """NonZeroRequested for cpu and memory, plain requests otherwise (as ``NodeInfo``)."""
+        if resource not in (CPU, MEMORY):
+            return self.requested(resource)
+        values = self.table.gather(self.table.non_zero, resource, self.rows, self.known)
+        if self.discount is not None:
+            values[self.discount_position] -= self.discount.amount(resource)
+        return values
+
+    def type_masks(self) -> UInt64Array | None:
+        """Per node, a bit per resource type with allocatable > 0; None if there are too many types."""
+        if self.table.type_overflow:
+            return None
+        masks = self.table.types[self.rows]
+        masks[~self.known] = 0
+        return masks
+
+
+@dataclass(slots=True)
+class BatchVerdicts:
+    """Filter verdicts for a batch: per node a ``Code`` (by ``CODES`` index) and a reason index.
+
+    Kept as arrays so thousands of rejected nodes never become thousands of Python objects until
+    the wire answer is built.
+    """
+
+    codes: npt.NDArray[np.int8]
+    reason_index: Int64Array
+    reasons: list[Status]
+
+    @classmethod
+    def passing(cls, size: int) -> BatchVerdicts:
+        return cls(np.zeros(size, dtype=np.int8), np.full(size, -1, dtype=np.int64), [])
+
+    def set(self, position: int, status: Status) -> None:
+        self.codes[position] = CODES.index(status.code)
+        if status.passed:
+            self.reason_index[position] = -1
+        else:
+            self.reasons.append(status)
+            self.reason_index[position] = len(self.reasons) - 1
+
+    def merge_later(self, later: BatchVerdicts) -> None:
+        """Take ``later``'s failures where this one passes (the first failing check wins)."""
+        take = (self.codes == 0) & (later.codes != 0)
+        self.codes[take] = later.codes[take]
+        self.reason_index[take] = later.reason_index[take] + len(self.reasons)
+        self.reasons.extend(later.reasons)
+
+    def failed(self, names: Sequence[str], code: Code) -> dict[str, str]:
+        """``{node name: reason}`` of the nodes with ``code``, built at C speed."""
+        positions = np.flatnonzero(self.codes == CODES.index(code))
+        reasons = [status.reason for status in self.reasons]
+        return dict(
+            zip(
+                map(names.__getitem__, positions.tolist()),
+                map(reasons.__getitem__, self.reason_index[positions].tolist()),
+                strict=True,
+            )
+        )
+
+    def passed(self, names: Sequence[str]) -> list[str]:
+        return list(itertools.compress(names, (self.codes == 0).tolist()))
+
+    def status(self, position: int) -> Status:
+        index = int(self.reason_index[position])
+        return self.reasons[index] if index >= 0 else SUCCESS
+
+
+# Code by position: the int8 stored in BatchVerdicts.codes.
+CODES = (Code.SUCCESS, Code.UNSCHEDULABLE, Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
+
+
+class NodeTable:
+    def __init__(self, capacity: int = 1024) -> None:
+        self._capacity = capacity
+        self.index: dict[str, int] = {}
+        self._free_rows: list[int] = []
+        self._next_row = 0
+        self.allocatable: dict[str, Int64Array] = {}
+        self.requested: dict[str, Int64Array] = {}
+        self.non_zero: dict[str, Int64Array] = {CPU: self._column(), MEMORY: self._column()}
+        self.types: UInt64Array = np.zeros(capacity, dtype=np.uint64)
+        self.type_bits: dict[str, int] = {}
+        self.type_overflow = False
+        self.exact = True
+
+    # ------------------------------------------------------------------ updates
+    def _column(self) -> Int64Array:
+        return np.zeros(self._capacity, dtype=np.int64)
+
+    def _grow(self) -> None:
+        self._capacity *= 2
+        for columns in (self.allocatable, self.requested, self.non_zero):
+            for name, column in columns.items():
+                grown = np.zeros(self._capacity, dtype=np.int64)
+                grown[: len(column)] = column
+                columns[name] = grown
+        types = np.zeros(self._capacity, dtype=np.uint64)
+        types[: len(self.types)] = self.types
+        self.types = types
+
+    def _row(self, name: str) -> int:
+        row = self.index.get(name)
+        if row is None:
+            if self._free_rows:
+                row = self._free_rows.pop()
+            else:
+                if self._next_row >= self._capacity:
+                    self._grow()
+                row = self._next_row
+                self._next_row += 1
+            self.index[name] = row
+        return row
+
+    def _set(self, columns: dict[str, Int64Array], row: int, values: Mapping[str, int]) -> None:
+        if any(abs(v) >= EXACT_LIMIT for v in values.values()):
+            self.exact = False
+            values = {k: max(-EXACT_LIMIT, min(EXACT_LIMIT, v)) for k, v in values.items()}
+        for name, column in columns.items():
+            column[row] = values.get(name, 0)
+        for name, value in values.items():
+            if name not in columns:
+                columns[name] = column = self._column()
+                column[row] = value
+
+    def type_bit(self, resource: str) -> int | None:
+        bit = self.type_bits.get(resource)
+        if bit is None:
+            if len(self.type_bits) >= MAX_TYPE_BITS:
+                self.type_overflow = True
+                return None
+            bit = self.type_bits[resource] = len(self.type_bits)
+        return bit
+
+    def mask_of(self, resources: Iterable[str]) -> int:
+        """Bits of known types (a type no node offers cannot matter to set differences with nodes)."""
+        mask = 0
+        for resource in resources:
+            bit = self.type_bits.get(resource)
+            if bit is not None:
+                mask |= 1 << bit
+        return mask
+
+    def upsert(self, node: NodeInfo) -> None:
+        row = self._row(node.name)
+        self._set(self.allocatable, row, node.allocatable)
+        self._set(self.requested, row, node.requested)
+        self.non_zero[CPU][row] = node.non_zero_cpu
+        self.non_zero[MEMORY][row] = node.non_zero_memory
+        mask = 0
+        for resource in node.allocatable_types:
+            bit = self.type_bit(resource)
+            if bit is not None:
+                mask |= 1 << bit
+        self.types[row] = mask
+
+    def remove(self, name: str) -> None:
+        row = self.index.pop(name, None)
+        if row is not None:
+            self._free_rows.append(row)
+
+    # ------------------------------------------------------------------ reads
+    def batch(self, names: Sequence[str], discount: tuple[str, PodResources] | None = None) -> Batch:
+        """Gather the rows of ``names``; ``discount`` = (node, pod) whose contribution to take out."""
+        found = list(map(self.index.get, names))  # C-speed lookups; None for unknown names
+        if None in found:
+            known = np.fromiter((row is not None for row in found), dtype=np.bool_, count=len(found))
+            rows = np.fromiter((row or 0 for row in found), dtype=np.intp, count=len(found))
+        else:
+            rows = np.array(found, dtype=np.intp)
+            known = np.ones(len(found), dtype=np.bool_)
+        if discount is not None and discount[0] in self.index:
+            try:
+                position = list(names).index(discount[0])
+            except ValueError:
+                return Batch(names, rows, known, self)
+            return Batch(names, rows, known, self, position, discount[1])
+        return Batch(names, rows, known, self)
+
+    def gather(
+        self, columns: dict[str, Int64Array], resource: str, rows: npt.NDArray[np.intp], known: BoolArray
+    ) -> Int64Array:
+        column = columns.get(resource)
+        if column is None:
+            return np.zeros(len(rows), dtype=np.int64)
+        values = column[rows]
+        values[~known] = 0
+        return values
