@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import itertools
 import logging
+import operator
 import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+import msgspec
 import numpy as np
 
 from app import wire
@@ -42,6 +44,7 @@ REASON_NODE_NOT_IN_CACHE = "node(s) unknown to the GPU extender"
 REASON_INVALID_NODE = "node(s) with invalid allocatable"
 
 _PENDING_PODS = 10_000  # pods seen in /filter, so /bind can assume them before the watch delivers them
+_SCORE_TAIL = [f"{score}}}".encode() for score in range(11)]  # closes a prebuilt '{"Host":...,"Score":'
 
 
 class BindError(Exception):
@@ -130,28 +133,34 @@ class ExtenderService:
         for name in candidates.names:
             yield self._verdict(pod, name, candidates.allocatable(name))
 
-    def _batch(self, pod: PodInfo, names: list[str]) -> Batch | None:
-        """The candidates as table rows, or None when amounts are too large for int64 arithmetic."""
+    def _candidates(self, pod: PodInfo, args: wire.ExtenderArgs) -> tuple[_Candidates, Batch | None]:
+        """Candidates in request order, each once, and their table rows (None: use the scalar path)."""
+        candidates = _Candidates.of(args, dedupe=False)
         table = self.cache.table
         if not table.exact or any(abs(v) >= EXACT_LIMIT for v in pod.resources.requests.values()):
-            return None
+            return _Candidates.of(args), None
         counted = self.cache.counted_node(pod.uid)
-        return table.batch(names, (counted, pod.resources) if counted else None)
+        discount = (counted, pod.resources) if counted else None
+        batch = table.batch(candidates.names, discount)
+        if batch is None or len(set(np.asarray(candidates.names, dtype=object)[~batch.known])) < (~batch.known).sum():
+            candidates = _Candidates.of(args)  # repeated names: dedupe (rare), then gather again
+            batch = table.batch(candidates.names, discount)
+        return candidates, batch
 
-    def _filter_verdicts(self, pod: PodInfo, candidates: _Candidates) -> BatchVerdicts:
+    def _filter_verdicts(self, pod: PodInfo, args: wire.ExtenderArgs) -> tuple[_Candidates, BatchVerdicts]:
         """Verdicts for all candidates: batched from the node table, one by one for unknown nodes."""
+        candidates, batch = self._candidates(pod, args)
         names = candidates.names
-        batch = self._batch(pod, names)
         if batch is None:
             verdicts = BatchVerdicts.passing(len(names))
             for position, name in enumerate(names):
                 verdicts.set(position, self._verdict(pod, name, candidates.allocatable(name)).status)
-            return verdicts
+            return candidates, verdicts
         verdicts = self.profile.filter_batch(pod, batch)
         for position in np.flatnonzero(~batch.known).tolist():
             name = names[position]
             verdicts.set(position, self._verdict(pod, name, candidates.allocatable(name)).status)
-        return verdicts
+        return candidates, verdicts
 
     def _record(self, verb: str, pod: str, outcome: str, **detail: Any) -> None:
         entry = {"time": self.wall_clock(), "verb": verb, "pod": pod, "outcome": outcome, **detail}
@@ -184,9 +193,8 @@ class ExtenderService:
             if passthrough:
                 return wire.filter_result(node_names=names)
             return wire.filter_result(nodes=[n.raw for n in _dedupe(args.nodes or [])])
-        candidates = _Candidates.of(args)
+        candidates, verdicts = self._filter_verdicts(pod, args)
         names = candidates.names
-        verdicts = self._filter_verdicts(pod, candidates)
         passed = verdicts.passed(names)
         failed = verdicts.failed(names, Code.UNSCHEDULABLE)
         unresolvable = verdicts.failed(names, Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
@@ -201,8 +209,9 @@ class ExtenderService:
         return wire.filter_result(nodes=raws, failed=failed, unresolvable=unresolvable)
 
     # ------------------------------------------------------------------ prioritize
-    def prioritize(self, body: bytes, plugin: str | None = None) -> list[dict[str, Any]]:
-        """``HostPriorityList``; on trouble ``[]`` (kube-scheduler ignores prioritize errors anyway)."""
+    def prioritize(self, body: bytes, plugin: str | None = None) -> list[dict[str, Any]] | msgspec.Raw:
+        """``HostPriorityList`` (as JSON-ready objects or prebuilt bytes); on trouble ``[]``
+        (kube-scheduler ignores prioritize errors anyway)."""
         try:
             args = wire.decode_extender_args(body)
             pod = self._pod(args.pod)
@@ -213,19 +222,22 @@ class ExtenderService:
         if not_ready:
             self._record("prioritize", pod.key, "not-ready", error=not_ready)
             return []
-        candidates = _Candidates.of(args)
+        candidates, batch = self._candidates(pod, args)
         names = candidates.names
-        batch = self._batch(pod, names)
         priorities = None if batch is None else self.profile.priority_batch(pod, batch, plugin)
+        self._record("prioritize", pod.key, "ok", plugin=plugin or "", nodes=len(names))
+        if priorities is not None and batch is not None and batch.known.all():
+            # Prebuilt per-node JSON from the table: no dict per node, no re-encoding of names.
+            prefixes = map(self.cache.table.host_prefix.__getitem__, batch.rows.tolist())
+            body = b",".join(map(operator.add, prefixes, map(_SCORE_TAIL.__getitem__, priorities)))
+            return msgspec.Raw(b"[" + body + b"]")
         if priorities is None or batch is None:
             priorities = [self._priority(pod, name, candidates.allocatable(name), plugin) for name in names]
         else:
             for position in np.flatnonzero(~batch.known).tolist():
                 name = names[position]
                 priorities[position] = self._priority(pod, name, candidates.allocatable(name), plugin)
-        result = [{"Host": name, "Score": score} for name, score in zip(names, priorities, strict=True)]
-        self._record("prioritize", pod.key, "ok", plugin=plugin or "", nodes=len(result))
-        return result
+        return [{"Host": name, "Score": score} for name, score in zip(names, priorities, strict=True)]
 
     def _priority(self, pod: PodInfo, name: str, allocatable: Mapping[str, Any] | None, plugin: str | None) -> int:
         try:
@@ -372,9 +384,9 @@ class _Candidates:
     by_name: dict[str, wire.RequestNode] | None = None
 
     @staticmethod
-    def of(args: wire.ExtenderArgs) -> _Candidates:
+    def of(args: wire.ExtenderArgs, *, dedupe: bool = True) -> _Candidates:
         if args.node_names is not None:
-            return _Candidates(list(dict.fromkeys(args.node_names)))
+            return _Candidates(list(dict.fromkeys(args.node_names)) if dedupe else args.node_names)
         by_name = {node.name: node for node in reversed(args.nodes or [])}  # first occurrence wins
         return _Candidates([node.name for node in _dedupe(args.nodes or [])], by_name)
 

@@ -10,6 +10,7 @@ check that both agree.
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -146,6 +147,8 @@ class NodeTable:
         self.type_bits: dict[str, int] = {}
         self.type_overflow = False
         self.exact = True
+        # Per row, the start of this node's HostPriority in JSON: '{"Host":"<name>","Score":'.
+        self.host_prefix: list[bytes] = []
 
     # ------------------------------------------------------------------ updates
     def _column(self) -> Int64Array:
@@ -172,7 +175,9 @@ class NodeTable:
                     self._grow()
                 row = self._next_row
                 self._next_row += 1
+                self.host_prefix.append(b"")
             self.index[name] = row
+            self.host_prefix[row] = b'{"Host":' + json.dumps(name).encode() + b',"Score":'
         return row
 
     def _set(self, columns: dict[str, Int64Array], row: int, values: Mapping[str, int]) -> None:
@@ -223,22 +228,29 @@ class NodeTable:
             self._free_rows.append(row)
 
     # ------------------------------------------------------------------ reads
-    def batch(self, names: Sequence[str], discount: tuple[str, PodResources] | None = None) -> Batch:
-        """Gather the rows of ``names``; ``discount`` = (node, pod) whose contribution to take out."""
-        found = list(map(self.index.get, names))  # C-speed lookups; None for unknown names
-        if None in found:
-            known = np.fromiter((row is not None for row in found), dtype=np.bool_, count=len(found))
-            rows = np.fromiter((row or 0 for row in found), dtype=np.intp, count=len(found))
-        else:
+    def batch(self, names: Sequence[str], discount: tuple[str, PodResources] | None = None) -> Batch | None:
+        """Gather the rows of ``names``; ``discount`` = (node, pod) whose contribution to take out.
+
+        Returns None when ``names`` repeats a known node: the caller dedupes and asks again.
+        """
+        size = len(names)
+        try:  # the common case: every name known, looked up at C speed
+            rows = np.fromiter(map(self.index.__getitem__, names), dtype=np.intp, count=size)
+            known = np.ones(size, dtype=np.bool_)
+        except KeyError:
+            found = [self.index.get(name, -1) for name in names]
             rows = np.array(found, dtype=np.intp)
-            known = np.ones(len(found), dtype=np.bool_)
+            known = rows >= 0
+            rows[~known] = 0
+        if size and np.bincount(rows[known], minlength=1).max(initial=0) > 1:
+            return None
+        position = -1
         if discount is not None and discount[0] in self.index:
-            try:
-                position = list(names).index(discount[0])
-            except ValueError:
-                return Batch(names, rows, known, self)
-            return Batch(names, rows, known, self, position, discount[1])
-        return Batch(names, rows, known, self)
+            matches = np.flatnonzero(known & (rows == self.index[discount[0]]))
+            position = int(matches[0]) if matches.size else -1
+        if position < 0:
+            return Batch(names, rows, known, self)
+        return Batch(names, rows, known, self, position, discount[1] if discount else None)
 
     def gather(
         self, columns: dict[str, Int64Array], resource: str, rows: npt.NDArray[np.intp], known: BoolArray
