@@ -219,3 +219,35 @@ def test_explain_reports_verdicts_and_raw_scores() -> None:
         "reason": "Insufficient nvidia.com/gpu",
         "code": "UnschedulableAndUnresolvable",
     }
+
+
+@pytest.mark.parametrize("gpus", [0, 1, 2, 4, 8, 9])
+def test_batch_answers_match_explain_on_the_example_cluster(gpus: int) -> None:
+    """/filter and /prioritize (batched) agree with /debug/explain (one node at a time)."""
+    from pathlib import Path
+
+    from app.cache import ClusterCache
+    from app.snapshot import load_snapshot
+
+    service = make_service()
+    cache = ClusterCache()
+    load_snapshot(Path(__file__).resolve().parents[2] / "examples" / "cluster.yaml", cache)
+    service.cache = cache
+    for source in ("nodes", "pods"):
+        cache.source(source).synced = True
+    names = [*sorted(cache.nodes), "ghost"]
+    body = filter_body(pod_obj("p", gpus=gpus, cpu="8", memory="32Gi"), names)
+    explained = {n["name"]: n for n in service.explain(body)["nodes"]}
+    answer = service.filter(body)
+    assert answer["NodeNames"] == [n for n in names if explained[n]["filter"]["passed"]]
+    for reasons, code in (
+        (answer["FailedNodes"], "Unschedulable"),
+        (answer["FailedAndUnresolvableNodes"], "UnschedulableAndUnresolvable"),
+    ):
+        assert reasons == {n: e["filter"]["reason"] for n, e in explained.items() if e["filter"]["code"] == code}
+    scores = json.loads(
+        bytes(service.prioritize(body))
+        if not isinstance(service.prioritize(body), list)
+        else json.dumps(service.prioritize(body))
+    )
+    assert {s["Host"]: s["Score"] for s in scores} == {n: explained[n].get("score", 0) for n in names}

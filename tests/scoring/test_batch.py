@@ -1,0 +1,118 @@
+"""The vectorised batch path must give exactly the scalar plugins' answers, node by node."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scoring.fitplus import NodeResourcesFitPlus, NodeResourcesFitPlusArgs
+from scoring.framework import NodeInfo, PodInfo
+from scoring.managed_fit import ManagedResourcesFit
+from scoring.profile import Profile, ScorePluginSpec
+from scoring.resources import PodResources
+from scoring.scarce import ScarceResourceAvoidance, ScarceResourceAvoidanceArgs
+from scoring.table import NodeTable
+
+RESOURCES = ["cpu", "memory", "nvidia.com/gpu", "example.com/fpga", "ephemeral-storage", "hugepages-1Gi"]
+
+amounts = st.one_of(st.just(0), st.integers(1, 16), st.integers(1, 10**12))
+resource_maps = st.dictionaries(st.sampled_from(RESOURCES), amounts, max_size=len(RESOURCES))
+
+
+@st.composite
+def nodes(draw: st.DrawFn) -> NodeInfo:
+    allocatable = draw(resource_maps)
+    return NodeInfo(
+        name="",
+        allocatable=allocatable,
+        requested=draw(resource_maps),
+        non_zero_cpu=draw(amounts),
+        non_zero_memory=draw(amounts),
+        allocatable_types=NodeInfo.types_of(allocatable),
+    )
+
+
+@st.composite
+def pods(draw: st.DrawFn) -> PodInfo:
+    resources = PodResources(draw(resource_maps), draw(amounts), draw(amounts))
+    return PodInfo(uid="u", namespace="ns", name="p", resources=resources)
+
+
+@st.composite
+def profiles(draw: st.DrawFn) -> Profile:
+    strategies = {
+        name: {"type": draw(st.sampled_from(["MostAllocated", "LeastAllocated"])), "weight": draw(st.integers(1, 5))}
+        for name in draw(st.lists(st.sampled_from(RESOURCES), min_size=1, unique=True))
+    }
+    scarce = draw(st.lists(st.sampled_from(RESOURCES), min_size=1, unique=True))
+    managed = draw(st.lists(st.sampled_from(RESOURCES), unique=True))
+    return Profile(
+        [ManagedResourcesFit(managed)],
+        [
+            ScorePluginSpec(
+                NodeResourcesFitPlus(NodeResourcesFitPlusArgs.parse({"resources": strategies})), draw(st.integers(1, 4))
+            ),
+            ScorePluginSpec(
+                ScarceResourceAvoidance(ScarceResourceAvoidanceArgs.parse({"resources": scarce})),
+                draw(st.integers(1, 4)),
+            ),
+        ],
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(profiles(), pods(), st.lists(nodes(), min_size=1, max_size=12), st.booleans())
+def test_batch_equals_scalar(profile: Profile, pod: PodInfo, node_list: list[NodeInfo], with_unknown: bool) -> None:
+    table = NodeTable(capacity=2)  # small, so rows grow while upserting
+    named = [
+        NodeInfo(f"n{i}", n.allocatable, n.requested, n.non_zero_cpu, n.non_zero_memory, 0, n.allocatable_types)
+        for i, n in enumerate(node_list)
+    ]
+    for node in named:
+        table.upsert(node)
+    names = [n.name for n in named] + (["ghost"] if with_unknown else [])
+    batch = table.batch(names)
+    assert batch is not None
+    verdicts = profile.filter_batch(pod, batch)
+    priorities = profile.priority_batch(pod, batch)
+    assert priorities is not None
+    for plugin in profile.scorer_names:
+        single = profile.priority_batch(pod, batch, plugin)
+        assert single is not None
+        for position, node in enumerate(named):
+            assert single[position] == profile.priority(pod, node, plugin)
+    for position, node in enumerate(named):
+        assert verdicts.status(position) == profile.filter(pod, node), node
+        assert priorities[position] == profile.score(pod, node).priority
+    if with_unknown:
+        assert not batch.known[-1]
+
+
+def test_discount_takes_out_the_pods_own_assumption() -> None:
+    table = NodeTable()
+    table.upsert(
+        NodeInfo("g1", {"nvidia.com/gpu": 4}, {"nvidia.com/gpu": 4}, allocatable_types=frozenset({"nvidia.com/gpu"}))
+    )
+    table.upsert(
+        NodeInfo("g2", {"nvidia.com/gpu": 4}, {"nvidia.com/gpu": 4}, allocatable_types=frozenset({"nvidia.com/gpu"}))
+    )
+    pod = PodInfo("u", "ns", "p", PodResources({"nvidia.com/gpu": 2}, 0, 0))
+    batch = table.batch(["g1", "g2"], ("g2", pod.resources))
+    assert batch is not None
+    assert batch.requested("nvidia.com/gpu").tolist() == [4, 2]
+    verdicts = ManagedResourcesFit(["nvidia.com/gpu"]).filter_batch(pod, batch)
+    assert verdicts.passed(["g1", "g2"]) == ["g2"]
+
+
+def test_repeated_names_and_removed_rows() -> None:
+    table = NodeTable()
+    for name in ("a", "b", "c"):
+        table.upsert(NodeInfo(name, {"cpu": 1000}, allocatable_types=frozenset({"cpu"})))
+    assert table.batch(["a", "b", "a"]) is None  # the caller dedupes
+    table.remove("b")
+    batch = table.batch(["a", "b", "c"])
+    assert batch is not None and batch.known.tolist() == [True, False, True]
+    table.upsert(NodeInfo("d", {"cpu": 2000}, allocatable_types=frozenset({"cpu"})))  # reuses b's row
+    batch = table.batch(["d", "c"])
+    assert batch is not None and batch.allocatable("cpu").tolist() == [2000, 1000]
+    assert table.host_prefix[table.index["d"]] == b'{"Host":"d","Score":'
