@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from app import wire
 from app.service import BindError
 from app.snapshot import SnapshotBinder
 from tests.conftest import bind_body, filter_body, make_service, node_obj, pod_obj
@@ -245,9 +246,5 @@ def test_batch_answers_match_explain_on_the_example_cluster(gpus: int) -> None:
         (answer["FailedAndUnresolvableNodes"], "UnschedulableAndUnresolvable"),
     ):
         assert reasons == {n: e["filter"]["reason"] for n, e in explained.items() if e["filter"]["code"] == code}
-    scores = json.loads(
-        bytes(service.prioritize(body))
-        if not isinstance(service.prioritize(body), list)
-        else json.dumps(service.prioritize(body))
-    )
+    scores = json.loads(wire.encode(service.prioritize(body)))  # prebuilt bytes or objects
     assert {s["Host"]: s["Score"] for s in scores} == {n: explained[n].get("score", 0) for n in names}
