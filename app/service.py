@@ -44,6 +44,8 @@ REASON_NODE_NOT_IN_CACHE = "node(s) unknown to the GPU extender"
 REASON_INVALID_NODE = "node(s) with invalid allocatable"
 
 _PENDING_PODS = 10_000  # pods seen in /filter, so /bind can assume them before the watch delivers them
+_UNPARSABLE: Mapping[str, Any] = {"status.allocatable": "unparsable"}
+_POD_MEMO = 64  # parsed pods by request bytes: filter, then prioritize, of the same pod
 _SCORE_TAIL = [f"{score}}}".encode() for score in range(11)]  # closes a prebuilt '{"Host":...,"Score":'
 
 
@@ -89,6 +91,7 @@ class ExtenderService:
         self.wall_clock = wall_clock
         self.decisions: deque[dict[str, Any]] = deque(maxlen=config.server.decisionHistory)
         self._pending: OrderedDict[str, PodInfo] = OrderedDict()
+        self._pod_memo: OrderedDict[bytes, PodInfo] = OrderedDict()
         self.metrics.register_cache(self._cache_metrics)
 
     def _cache_metrics(self) -> dict[str, dict[str, float]]:
@@ -99,11 +102,18 @@ class ExtenderService:
         }
 
     # ------------------------------------------------------------------ helpers
-    def _pod(self, obj: Mapping[str, Any]) -> PodInfo:
-        try:
-            pod = pod_from_obj(obj)
-        except ObjectError as exc:
-            raise wire.WireError(f"Pod: {exc}") from None
+    def _pod(self, obj: Mapping[str, Any] | bytes) -> PodInfo:
+        """Parse the request's pod (memoised by its exact bytes) and remember it for /bind."""
+        pod = self._pod_memo.get(obj) if isinstance(obj, bytes) else None
+        if pod is None:
+            try:
+                pod = pod_from_obj(wire.decode_pod(obj) if isinstance(obj, bytes) else obj)
+            except ObjectError as exc:
+                raise wire.WireError(f"Pod: {exc}") from None
+            if isinstance(obj, bytes):
+                self._pod_memo[obj] = pod
+                while len(self._pod_memo) > _POD_MEMO:
+                    self._pod_memo.popitem(last=False)
         self._pending[pod.uid] = pod
         self._pending.move_to_end(pod.uid)
         while len(self._pending) > _PENDING_PODS:
@@ -122,7 +132,7 @@ class ExtenderService:
         """One node through the scalar pipeline (the definition the batch path must match)."""
         try:
             node = self._node_for(pod, name, allocatable)
-        except QuantityError:
+        except (QuantityError, wire.WireError):
             return _Verdict(name, None, Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, REASON_INVALID_NODE))
         if node is None:
             return _Verdict(name, None, Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, REASON_NODE_NOT_IN_CACHE))
@@ -178,7 +188,7 @@ class ExtenderService:
         self.cache.expire()
         try:
             args = wire.decode_extender_args(body)
-            pod = self._pod(args.pod)
+            pod = self._pod(args.pod_raw)
         except wire.WireError as exc:
             self._record("filter", "?", "error", error=str(exc))
             return wire.filter_result(error=f"invalid filter request: {exc}")
@@ -214,7 +224,7 @@ class ExtenderService:
         (kube-scheduler ignores prioritize errors anyway)."""
         try:
             args = wire.decode_extender_args(body)
-            pod = self._pod(args.pod)
+            pod = self._pod(args.pod_raw)
         except wire.WireError as exc:
             self._record("prioritize", "?", "error", error=str(exc))
             return []
@@ -242,7 +252,7 @@ class ExtenderService:
     def _priority(self, pod: PodInfo, name: str, allocatable: Mapping[str, Any] | None, plugin: str | None) -> int:
         try:
             node = self._node_for(pod, name, allocatable)
-        except QuantityError:
+        except (QuantityError, wire.WireError):
             return 0
         return 0 if node is None else self.profile.priority(pod, node, plugin)
 
@@ -333,7 +343,7 @@ class ExtenderService:
     def explain(self, body: bytes) -> dict[str, Any]:
         """Per node: the filter verdict, each plugin's raw 0..100 score, and the final 0..10 score."""
         args = wire.decode_extender_args(body)
-        pod = self._pod(args.pod)
+        pod = self._pod(args.pod_raw)
         nodes = []
         for verdict in self._verdicts(pod, args):
             entry: dict[str, Any] = {
@@ -393,7 +403,10 @@ class _Candidates:
     def allocatable(self, name: str) -> Mapping[str, Any] | None:
         if self.by_name is None:
             return None
-        return self.by_name[name].allocatable or {}
+        try:
+            return self.by_name[name].allocatable or {}
+        except wire.WireError:
+            return _UNPARSABLE  # judged like an invalid quantity: "node(s) with invalid allocatable"
 
 
 def _dedupe(nodes: list[wire.RequestNode]) -> list[wire.RequestNode]:

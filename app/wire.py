@@ -8,6 +8,7 @@ as ``msgspec.Raw`` without re-encoding.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +22,7 @@ __all__ = [
     "WireError",
     "decode_bind_args",
     "decode_extender_args",
+    "decode_pod",
     "decode_preempt_args",
     "encode",
     "filter_result",
@@ -53,16 +55,35 @@ class _NodeList(msgspec.Struct):
 
 @dataclass(slots=True)
 class RequestNode:
+    """A node of a NodeList request: its name, and its bytes to echo back unchanged.
+
+    The allocatable is decoded only when asked (a node the cache does not know), so a 10 MB
+    NodeList is not parsed node by node for nothing.
+    """
+
     name: str
-    allocatable: Mapping[str, Any] | None
     raw: msgspec.Raw
+    _allocatable: Mapping[str, Any] | None = None
+    _decoded: bool = False
+
+    @property
+    def allocatable(self) -> Mapping[str, Any] | None:
+        if not self._decoded:
+            node = _decode(_decoder_node, self.raw, f"node {self.name}")
+            self._allocatable = node.status.allocatable if node.status else None
+            self._decoded = True
+        return self._allocatable
 
 
 @dataclass(slots=True)
 class ExtenderArgs:
-    """``ExtenderArgs``: exactly one of ``node_names`` (nodeCacheCapable) or ``nodes`` is set."""
+    """``ExtenderArgs``: exactly one of ``node_names`` (nodeCacheCapable) or ``nodes`` is set.
 
-    pod: dict[str, Any]
+    ``pod_raw`` is the Pod's JSON as sent: kube-scheduler sends the same bytes to filter and
+    prioritize, so the service memoises the parsed pod by them.
+    """
+
+    pod_raw: bytes
     node_names: list[str] | None = None
     nodes: list[RequestNode] | None = None
 
@@ -121,33 +142,71 @@ def _decode(decoder: msgspec.json.Decoder[Any], raw: msgspec.Raw, field_name: st
         raise WireError(f"{field_name}: {exc}") from None
 
 
-def _pod(top: Mapping[str, msgspec.Raw]) -> dict[str, Any]:
-    raw = top.get("pod")
-    pod = _decoder_any.decode(raw) if raw is not None else None
+def decode_pod(raw: bytes | None) -> dict[str, Any]:
+    """The Pod object of a request (a missing or non-object Pod is a WireError)."""
+    try:
+        pod = _decoder_any.decode(raw) if raw else None
+    except msgspec.DecodeError as exc:
+        raise WireError(f"Pod: {exc}") from None
     if not isinstance(pod, dict):
         raise WireError("Pod: missing or not an object")
     return pod
 
 
+def _pod(top: Mapping[str, msgspec.Raw]) -> dict[str, Any]:
+    return decode_pod(top.get("pod"))
+
+
+class _GoExtenderArgs(msgspec.Struct):
+    """The exact shape kube-scheduler sends, decoded in one pass."""
+
+    Pod: msgspec.Raw = msgspec.Raw(b"")
+    Nodes: _NodeList | None = None
+    NodeNames: list[str] | None = None
+
+
+_decoder_go_args = msgspec.json.Decoder(_GoExtenderArgs)
+# Go writes ObjectMeta.Name first, so a Node's name sits at a fixed place; anything else falls back
+# to a full decode of that node.
+_NODE_NAME = re.compile(rb'\A\{"metadata":\{"name":"([A-Za-z0-9.\-]+)"')
+
+
+def _request_node(raw: msgspec.Raw, index: int) -> RequestNode:
+    match = _NODE_NAME.match(raw)
+    if match is not None:
+        return RequestNode(match[1].decode(), raw)
+    node = _decode(_decoder_node, raw, f"Nodes.items[{index}]")
+    name = node.metadata.name if node.metadata else ""
+    if not name:
+        raise WireError(f"Nodes.items[{index}].metadata.name is missing")
+    return RequestNode(name, raw, node.status.allocatable if node.status else None, True)
+
+
 def decode_extender_args(body: bytes) -> ExtenderArgs:
+    try:
+        fast = _decoder_go_args.decode(body) if body else None
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        fast = None  # the general path below says precisely what is wrong
+    if fast is not None and memoryview(fast.Pod)[:1] == b"{":
+        if fast.NodeNames is not None:
+            return ExtenderArgs(bytes(fast.Pod), node_names=fast.NodeNames)
+        if fast.Nodes is not None:
+            nodes = [_request_node(raw, i) for i, raw in enumerate(fast.Nodes.items or ())]
+            return ExtenderArgs(bytes(fast.Pod), nodes=nodes)
+    # Any key case (Go decodes case-insensitively), and precise errors.
     top = _top(body)
-    pod = _pod(top)
+    pod_raw = top.get("pod")
+    decode_pod(pod_raw)
     names_raw = top.get("nodenames")
     node_names = _decode(_decoder_names, names_raw, "NodeNames") if names_raw is not None else None
     nodes_raw = top.get("nodes")
     node_list = _decode(_decoder_node_list, nodes_raw, "Nodes") if nodes_raw is not None else None
     if node_names is not None:
-        return ExtenderArgs(pod, node_names=node_names)
+        return ExtenderArgs(bytes(pod_raw or b""), node_names=node_names)
     if node_list is None:
         raise WireError("neither NodeNames nor Nodes is set")
-    nodes = []
-    for index, raw in enumerate(node_list.items or ()):
-        node = _decode(_decoder_node, raw, f"Nodes.items[{index}]")
-        name = node.metadata.name if node.metadata else ""
-        if not name:
-            raise WireError(f"Nodes.items[{index}].metadata.name is missing")
-        nodes.append(RequestNode(name, node.status.allocatable if node.status else None, raw))
-    return ExtenderArgs(pod, nodes=nodes)
+    nodes = [_request_node(raw, i) for i, raw in enumerate(node_list.items or ())]
+    return ExtenderArgs(bytes(pod_raw or b""), nodes=nodes)
 
 
 def _lower(obj: Any) -> dict[str, Any]:

@@ -1,0 +1,66 @@
+"""Decoding kube-scheduler bodies: the one-pass Go-cased path, the any-case path, lazy node parsing."""
+
+from __future__ import annotations
+
+import json
+
+import msgspec
+import pytest
+
+from app import wire
+from tests.conftest import make_service, node_obj, pod_obj
+
+
+def _nodes_body(items: list[bytes], key: str = "Nodes") -> bytes:
+    pod = json.dumps(pod_obj("p")).encode()
+    return b'{"Pod":' + pod + b',"' + key.encode() + b'":{"metadata":{},"items":[' + b",".join(items) + b"]}}"
+
+
+def test_node_name_fast_path_and_fallback_agree() -> None:
+    go_order = b'{"metadata":{"name":"n1","uid":"x"},"status":{"allocatable":{"nvidia.com/gpu":"4"}}}'
+    other_order = b'{"status":{"allocatable":{"nvidia.com/gpu":"2"}},"metadata":{"uid":"y","name":"n2"}}'
+    escaped = b'{"metadata":{"name":"n\\u0033"},"status":{}}'
+    for key in ("Nodes", "nodes"):
+        args = wire.decode_extender_args(_nodes_body([go_order, other_order, escaped], key))
+        assert args.nodes is not None
+        assert [n.name for n in args.nodes] == ["n1", "n2", "n3"]
+        assert [dict(n.allocatable or {}) for n in args.nodes] == [{"nvidia.com/gpu": "4"}, {"nvidia.com/gpu": "2"}, {}]
+        assert [bytes(n.raw) for n in args.nodes] == [go_order, other_order, escaped]
+
+
+def test_broken_node_is_judged_invalid_not_a_crash() -> None:
+    service = make_service([node_obj("known", gpus=4)])
+    broken = b'{"metadata":{"name":"broken"},"status":{"allocatable":["not","a","map"]}}'
+    body = _nodes_body([json.dumps(node_obj("known", gpus=4)).encode(), broken])
+    answer = service.filter(body.replace(b'"Pod":{', b'"Pod":{"x":1,', 1))
+    assert answer["Error"] == ""
+    assert answer["FailedAndUnresolvableNodes"] == {"broken": "node(s) with invalid allocatable"}
+
+
+def test_pod_is_parsed_once_for_identical_bytes() -> None:
+    service = make_service([node_obj("g1", gpus=4)])
+    body = json.dumps({"Pod": pod_obj("p", gpus=1), "NodeNames": ["g1"], "Nodes": None}).encode()
+    service.filter(body)
+    args = wire.decode_extender_args(body)
+    first = service._pod(args.pod_raw)
+    assert service._pod(wire.decode_extender_args(body).pod_raw) is first
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        (b'{"Pod": {"metadata": {"name": "p"}}, "NodeNames": "g1"}', "NodeNames: Expected `array | null`"),
+        (b'{"Pod": null, "NodeNames": []}', "Pod: missing or not an object"),
+        (b'{"Pod": {"metadata": {"name": "p"}}}', "neither NodeNames nor Nodes is set"),
+    ],
+)
+def test_errors_come_from_the_precise_path(body: bytes, error: str) -> None:
+    with pytest.raises(wire.WireError, match=error.replace("|", r"\|")):
+        wire.decode_extender_args(body)
+
+
+def test_encode_echoes_raw_nodes() -> None:
+    raw = msgspec.Raw(b'{"metadata":{"name":"a"}}')
+    assert wire.encode(wire.filter_result(nodes=[raw])).startswith(
+        b'{"Nodes":{"metadata":{},"items":[{"metadata":{"name":"a"}}]}'
+    )
