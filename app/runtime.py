@@ -8,15 +8,13 @@ import gc
 import logging
 from dataclasses import dataclass, field
 
-from fastapi import FastAPI
-
 from app.binding import ApiBinder
 from app.cache import ClusterCache
 from app.config import ExtenderConfiguration
 from app.kube import KubeClient
 from app.metrics import Metrics
 from app.reflector import Reflector, node_resource, pod_resource
-from app.server import create_app
+from app.server import ExtenderVerbs, create_app
 from app.service import Binder, ExtenderService
 from app.snapshot import SOURCES, SnapshotBinder, load_snapshot
 
@@ -48,7 +46,7 @@ class Runtime:
     client: KubeClient | None = None
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
-    def app(self) -> FastAPI:
+    def app(self) -> ExtenderVerbs:
         return create_app(self.service, lifespan_hooks=(self.start, self.stop))
 
     async def start(self) -> None:

@@ -17,12 +17,13 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.types import Receive, Scope, Send
 
 from app import wire
 from app.debug import debug_view
 from app.service import ExtenderService
 
-__all__ = ["BodyTooLarge", "create_app", "read_body"]
+__all__ = ["BodyTooLarge", "ExtenderVerbs", "create_app", "read_body"]
 
 log = logging.getLogger("kube_gpu_extender.server")
 JSON = "application/json"
@@ -51,7 +52,7 @@ def create_app(
     service: ExtenderService,
     *,
     lifespan_hooks: tuple[Callable[[], Awaitable[None]], Callable[[], Awaitable[None]]] | None = None,
-) -> FastAPI:
+) -> ExtenderVerbs:
     """Build the ASGI app. ``lifespan_hooks`` = (start, stop) for the watch tasks in cluster mode."""
 
     @contextlib.asynccontextmanager
@@ -70,61 +71,8 @@ def create_app(
         summary="kube-scheduler extender for GPU clusters",
         lifespan=lifespan,
     )
-    config = service.config
-    prefix = config.server.pathPrefix
-    limit = config.server.maxRequestBytes
+    limit = service.config.server.maxRequestBytes
     metrics = service.metrics
-
-    async def verb(
-        request: Request, name: str, handle: Callable[[bytes], Awaitable[Any]], on_error: Callable[[str], Any]
-    ) -> Response:
-        started = time.perf_counter()
-        try:
-            body = await read_body(request, limit)
-            result = await handle(body)
-        except BodyTooLarge as exc:
-            metrics.results.labels(name, "too-large").inc()
-            result = on_error(str(exc))
-        except Exception as exc:  # the service must answer, whatever happened
-            log.exception("%s failed", name)
-            metrics.results.labels(name, "internal-error").inc()
-            result = on_error(f"internal error in the GPU extender: {type(exc).__name__}: {exc}")
-        payload = wire.encode(result)
-        metrics.request_seconds.labels(name).observe(time.perf_counter() - started)
-        return Response(payload, media_type=JSON)
-
-    async def sync(fn: Callable[[bytes], Any], body: bytes) -> Any:
-        return fn(body)
-
-    @app.post(f"{prefix}/filter", summary="ExtenderArgs -> ExtenderFilterResult")
-    async def filter_(request: Request) -> Response:
-        return await verb(request, "filter", lambda b: sync(service.filter, b), lambda e: wire.filter_result(error=e))
-
-    @app.post(f"{prefix}/prioritize", summary="ExtenderArgs -> HostPriorityList (0..10)")
-    async def prioritize(request: Request) -> Response:
-        return await verb(request, "prioritize", lambda b: sync(service.prioritize, b), lambda e: [])
-
-    @app.post(f"{prefix}/prioritize/{{plugin}}", summary="One plugin's HostPriorityList (0..10)")
-    async def prioritize_plugin(plugin: str, request: Request) -> Response:
-        if plugin not in service.profile.scorer_names:
-            metrics.results.labels("prioritize", "unknown-plugin").inc()
-            return Response(b"[]", media_type=JSON)
-        return await verb(
-            request, "prioritize", lambda b: sync(lambda x: service.prioritize(x, plugin), b), lambda e: []
-        )
-
-    @app.post(f"{prefix}/preempt", summary="ExtenderPreemptionArgs -> ExtenderPreemptionResult")
-    async def preempt(request: Request) -> Response:
-        return await verb(
-            request,
-            "preempt",
-            lambda b: sync(service.preempt, b),
-            lambda e: {"NodeNameToMetaVictims": {}, "Error": e},
-        )
-
-    @app.post(f"{prefix}/bind", summary="ExtenderBindingArgs -> ExtenderBindingResult")
-    async def bind(request: Request) -> Response:
-        return await verb(request, "bind", service.bind, lambda e: {"Error": e})
 
     @app.get("/healthz", summary="The process is alive")
     async def healthz() -> dict[str, str]:
@@ -156,4 +104,103 @@ def create_app(
         except wire.WireError as exc:
             return JSONResponse({"error": f"invalid request: {exc}"}, status_code=400)
 
-    return app
+    return ExtenderVerbs(service, app)
+
+
+class ExtenderVerbs:
+    """ASGI front for the extender verbs; everything else goes to the FastAPI app behind it.
+
+    The verbs are kube-scheduler's hot path: reading the body from the ASGI channel and sending
+    prebuilt bytes skips routing, request objects and response classes. They always answer 200
+    with a well-formed result, whatever happens.
+    """
+
+    def __init__(self, service: ExtenderService, app: FastAPI) -> None:
+        self.service = service
+        self.app = app
+        self.limit = service.config.server.maxRequestBytes
+        prefix = service.config.server.pathPrefix
+        filter_error = wire.filter_result
+        self.routes: dict[str, tuple[str, Callable[[bytes], Awaitable[Any]], Callable[[str], Any]]] = {
+            f"{prefix}/filter": ("filter", _sync(service.filter), lambda e: filter_error(error=e)),
+            f"{prefix}/prioritize": ("prioritize", _sync(service.prioritize), lambda e: []),
+            f"{prefix}/preempt": (
+                "preempt",
+                _sync(service.preempt),
+                lambda e: {"NodeNameToMetaVictims": {}, "Error": e},
+            ),
+            f"{prefix}/bind": ("bind", service.bind, lambda e: {"Error": e}),
+        }
+        for plugin in service.profile.scorer_names:
+            handler = _sync(lambda body, plugin=plugin: service.prioritize(body, plugin))
+            self.routes[f"{prefix}/prioritize/{plugin}"] = ("prioritize", handler, lambda e: [])
+        self.plugin_prefix = f"{prefix}/prioritize/"
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            route = self.routes.get(scope["path"])
+            if route is not None:
+                await self._verb(scope, receive, send, *route)
+                return
+            if scope["path"].startswith(self.plugin_prefix):  # a plugin this profile does not run
+                self.service.metrics.results.labels("prioritize", "unknown-plugin").inc()
+                await _send_json(send, b"[]")
+                return
+        await self.app(scope, receive, send)
+
+    async def _verb(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        name: str,
+        handle: Callable[[bytes], Awaitable[Any]],
+        on_error: Callable[[str], Any],
+    ) -> None:
+        metrics = self.service.metrics
+        started = time.perf_counter()
+        try:
+            result = await handle(await _receive_body(scope, receive, self.limit))
+        except BodyTooLarge as exc:
+            metrics.results.labels(name, "too-large").inc()
+            result = on_error(str(exc))
+        except Exception as exc:  # the service must answer, whatever happened
+            log.exception("%s failed", name)
+            metrics.results.labels(name, "internal-error").inc()
+            result = on_error(f"internal error in the GPU extender: {type(exc).__name__}: {exc}")
+        await _send_json(send, wire.encode(result))
+        metrics.request_seconds.labels(name).observe(time.perf_counter() - started)
+
+
+def _sync(fn: Callable[[bytes], Any]) -> Callable[[bytes], Awaitable[Any]]:
+    async def call(body: bytes) -> Any:
+        return fn(body)
+
+    return call
+
+
+async def _receive_body(scope: Scope, receive: Receive, limit: int) -> bytes:
+    """The request body, refused as soon as it is known to exceed ``limit`` (never buffered whole)."""
+    for key, value in scope["headers"]:
+        if key == b"content-length" and value.isdigit() and int(value) > limit:
+            raise BodyTooLarge(f"request body of {int(value)} bytes exceeds the limit of {limit} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            break
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge(f"request body exceeds the limit of {limit} bytes")
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+async def _send_json(send: Send, payload: bytes) -> None:
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": payload})
