@@ -168,7 +168,7 @@ class _GoExtenderArgs(msgspec.Struct):
 _decoder_go_args = msgspec.json.Decoder(_GoExtenderArgs)
 # Go writes ObjectMeta.Name first, so a Node's name sits at a fixed place; anything else falls back
 # to a full decode of that node.
-_NODE_NAME = re.compile(rb'\A\{"metadata":\{"name":"([A-Za-z0-9.\-]+)"')
+_NODE_NAME = re.compile(rb'\A\{(?:"apiVersion":"v1","kind":"Node",)?"metadata":\{"name":"([A-Za-z0-9.\-]+)"')
 
 
 def _request_node(raw: msgspec.Raw, index: int) -> RequestNode:

@@ -372,8 +372,10 @@ def _pods_for(rng: random.Random, node: str, shape: Shape, keep_free: bool) -> l
         cpu_left, mem_left = cpu_left - cpu, mem_left - mem
         app = "llm-train" if trainer else "vllm-serve"
         container = _container(
-            "trainer" if trainer else "server", ":".join(_REPOS[0 if trainer else 2][:2]),
-            {"cpu": _cpu(cpu), "memory": _mem(mem)}, gpus,
+            "trainer" if trainer else "server",
+            ":".join(_REPOS[0 if trainer else 2][:2]),
+            {"cpu": _cpu(cpu), "memory": _mem(mem)},
+            gpus,
         )
         extra: Obj = {"tolerations": [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}]}
         if rng.random() < 0.5:  # a classic init container: counts by max, not sum
@@ -517,8 +519,13 @@ def filter_body_names(pod: Obj, names: list[str]) -> Obj:
 
 
 def filter_body_nodes(pod: Obj, nodes: list[Obj]) -> Obj:
-    """ExtenderArgs with ``nodeCacheCapable: false``: a whole v1 NodeList."""
-    return {"Pod": pod, "Nodes": {"metadata": {}, "items": nodes}, "NodeNames": None}
+    """ExtenderArgs with ``nodeCacheCapable: false``: a whole v1 NodeList.
+
+    Items carry no apiVersion/kind, as kube-scheduler sends them (informer objects have an empty
+    TypeMeta; see the wire captures).
+    """
+    items = [{k: v for k, v in node.items() if k not in ("apiVersion", "kind")} for node in nodes]
+    return {"Pod": pod, "Nodes": {"metadata": {}, "items": items}, "NodeNames": None}
 
 
 def bind_body(pod: Obj, node: str) -> Obj:

@@ -5,8 +5,9 @@ encode, download), and the service's Prometheus histogram only starts after the 
 has coarse buckets. So this starts ``kube-gpu-extender serve`` on a generated snapshot, keeps one
 keep-alive connection (kube-scheduler reuses one), sends sequential requests with every node as a
 candidate (the worst case: a pod that no in-tree filter narrows down) and takes percentiles of
-``perf_counter_ns`` around each call. A ``healthz`` row gives the HTTP + client floor that every
-verb pays before the extender does any work.
+``perf_counter_ns`` around each call. Two more columns split the time: ``srv mean`` is the
+handler's own mean (histogram sum / count, exact as a mean), and the ``healthz`` row is the HTTP +
+client floor that every verb pays before the extender does any work.
 
     python -m bench.latency --sizes 500,5000,15000 --nodelist 1000 --requests 300 --json out.json
 """
@@ -16,10 +17,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import http.client
 import json
 import math
 import os
 import platform
+import re
 import signal
 import socket
 import subprocess
@@ -30,6 +33,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Protocol
 
 import httpx
 import msgspec
@@ -39,6 +43,7 @@ from bench.cluster import build_cluster, encode, filter_body_names, filter_body_
 REPO = Path(__file__).resolve().parents[1]
 HEADERS = {"Content-Type": "application/json", "User-Agent": "Go-http-client/1.1", "Accept-Encoding": "gzip"}
 NODELIST_TARGET_MS_PER_1000 = 25.0
+HISTOGRAM = re.compile(r'^kube_gpu_extender_request_duration_seconds_(sum|count)\{verb="(\w+)"\} (\S+)$', re.M)
 
 
 @dataclass
@@ -50,6 +55,7 @@ class Row:
     p50_ms: float
     p99_ms: float
     max_ms: float
+    server_mean_ms: float  # the handler's own time; the rest of p50 is HTTP, uvicorn and the client
     errors: int
     rss_mib: float
     hwm_mib: float
@@ -92,6 +98,7 @@ def memory_mib(pid: int) -> tuple[float, float]:
     return values.get("VmRSS", math.nan), values.get("VmHWM", math.nan)
 
 
+# --------------------------------------------------------------------------- server
 def _command(snapshot: Path, port: int) -> list[str]:
     exe = Path(sys.executable).parent / "kube-gpu-extender"
     head = [str(exe)] if exe.exists() else [sys.executable, "-m", "app.cli"]
@@ -99,10 +106,9 @@ def _command(snapshot: Path, port: int) -> list[str]:
 
 
 @contextlib.contextmanager
-def server(snapshot: Path, log: Path, ready_timeout: float) -> Iterator[tuple[subprocess.Popen[bytes], str, float]]:
+def server(snapshot: Path, log: Path, ready_timeout: float) -> Iterator[tuple[subprocess.Popen[bytes], int, float]]:
     """Run the extender until the block ends (also on errors): SIGTERM, then SIGKILL after 15 s."""
     port = free_port()
-    base = f"http://127.0.0.1:{port}"
     started = time.monotonic()
     with open(log, "wb") as out:
         proc = subprocess.Popen(_command(snapshot, port), cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
@@ -112,12 +118,12 @@ def server(snapshot: Path, log: Path, ready_timeout: float) -> Iterator[tuple[su
             if proc.poll() is not None:
                 raise RuntimeError(f"server exited with {proc.returncode}: {log.read_text()[-2000:]}")
             with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"{base}/readyz", timeout=1.0).status_code == 200:
+                if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1.0).status_code == 200:
                     break
             if time.monotonic() > deadline:
                 raise TimeoutError(f"server not ready after {ready_timeout:.0f}s: {log.read_text()[-2000:]}")
             time.sleep(0.1)
-        yield proc, base, time.monotonic() - started
+        yield proc, port, time.monotonic() - started
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
@@ -128,6 +134,47 @@ def server(snapshot: Path, log: Path, ready_timeout: float) -> Iterator[tuple[su
                 proc.wait()
 
 
+# --------------------------------------------------------------------------- clients
+class Client(Protocol):
+    def request(self, method: str, path: str, body: bytes) -> tuple[int, bytes]: ...
+
+    def close(self) -> None: ...
+
+
+class HttpxClient:
+    """The default: one keep-alive connection through httpx (about 0.4 ms more per call than Go's)."""
+
+    def __init__(self, port: int) -> None:
+        limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+        self._client = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=HEADERS, limits=limits, timeout=30)
+
+    def request(self, method: str, path: str, body: bytes) -> tuple[int, bytes]:
+        response = self._client.request(method, path, content=body or None)
+        return response.status_code, response.content
+
+    def close(self) -> None:
+        self._client.close()
+
+
+class StdlibClient:
+    """``http.client`` on one connection: a thinner client, closer to the floor Go's net/http has."""
+
+    def __init__(self, port: int) -> None:
+        self._conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+
+    def request(self, method: str, path: str, body: bytes) -> tuple[int, bytes]:
+        self._conn.request(method, path, body=body or None, headers=HEADERS)
+        response = self._conn.getresponse()
+        return response.status, response.read()
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+CLIENTS: dict[str, Callable[[int], Client]] = {"httpx": HttpxClient, "http.client": StdlibClient}
+
+
+# --------------------------------------------------------------------------- checks and timing
 def check_filter(body: bytes) -> bool:
     """``Error`` empty and some node passed (every pending pod fits somewhere in the generated cluster)."""
     result = msgspec.json.decode(body)
@@ -148,10 +195,19 @@ def check_prioritize(body: bytes, nodes: int) -> bool:
     )
 
 
+def server_seconds(client: Client) -> dict[str, tuple[float, float]]:
+    """Per verb (sum, count) of the server's own request histogram: read_body through encode."""
+    text = client.request("GET", "/metrics", b"")[1].decode()
+    found: dict[str, list[float]] = {}
+    for match in HISTOGRAM.finditer(text):
+        found.setdefault(match[2], [0.0, 0.0])[match[1] == "count"] = float(match[3])
+    return {verb: (total, count) for verb, (total, count) in found.items()}
+
+
 def measure(
-    client: httpx.Client, path: str, bodies: list[bytes], count: int, warmup: int, check: Callable[[bytes], bool]
+    client: Client, path: str, bodies: list[bytes], count: int, check: Callable[[bytes], bool]
 ) -> tuple[list[int], int]:
-    """Sequential POSTs cycling over ``bodies``; returns sorted latencies (ns) and the error count.
+    """Sequential requests cycling over ``bodies`` (POST, or GET for an empty body): sorted ns, errors.
 
     The client's cyclic GC is off while timing so its pauses are not charged to the server.
     """
@@ -160,71 +216,81 @@ def measure(
     gc.collect()
     gc.disable()
     try:
-        for index in range(warmup + count):
+        for index in range(count):
             body = bodies[index % len(bodies)]
             started = time.perf_counter_ns()
-            response = client.post(path, content=body) if body else client.get(path)
-            elapsed = time.perf_counter_ns() - started
-            if index < warmup:
-                continue
-            samples.append(elapsed)
-            if response.status_code != 200 or not check(response.content):
+            status, content = client.request("POST" if body else "GET", path, body)
+            samples.append(time.perf_counter_ns() - started)
+            if status != 200 or not check(content):
                 errors += 1
     finally:
         gc.enable()
     return sorted(samples), errors
 
 
-def run_case(
-    mode: str, n: int, requests: int, warmup: int, seed: int, workdir: Path, ready_timeout: float
-) -> list[Row]:
+@dataclass
+class Options:
+    requests: int
+    warmup: int
+    seed: int
+    ready_timeout: float
+    client: str
+
+
+def run_case(mode: str, n: int, options: Options, workdir: Path) -> list[Row]:
     """Generate the cluster, serve it, time each verb; the snapshot file is removed afterwards."""
     snapshot = workdir / f"cluster-{mode}-{n}.json"
     began = time.monotonic()
     pods = pending_pods()
     if mode == "nodelist":
-        cluster = build_cluster(n, seed)
+        cluster = build_cluster(n, options.seed)
         snapshot.write_bytes(encode(cluster))
         node_objects = [item for item in cluster["items"] if item["kind"] == "Node"]
         bodies = [encode(filter_body_nodes(pod, node_objects)) for pod in pods]
         del cluster, node_objects
     else:
-        names = write_cluster(snapshot, n, seed)
+        names = write_cluster(snapshot, n, options.seed)
         bodies = [encode(filter_body_names(pod, names)) for pod in pods]
-    print(f"[{mode} {n}] snapshot {snapshot.stat().st_size / 2**20:.0f} MiB, request body "
-          f"{len(bodies[0]) / 1024:.0f} KiB, generated in {time.monotonic() - began:.1f}s", flush=True)
+    size_mib, body_kib = snapshot.stat().st_size / 2**20, len(bodies[0]) / 1024
+    print(f"[{mode} {n}] snapshot {size_mib:.0f} MiB, body {body_kib:.0f} KiB, took {time.monotonic() - began:.1f}s")
+    cases: list[tuple[str, list[bytes], Callable[[bytes], bool], float | None]] = [
+        ("filter", bodies, check_filter, target_ms(mode, n)),
+        ("prioritize", bodies, lambda b: check_prioritize(b, n), target_ms(mode, n)),
+        ("healthz", [b""], lambda b: b'"ok"' in b, None),
+    ]
     rows = []
-    with server(snapshot, workdir / f"server-{mode}-{n}.log", ready_timeout) as (proc, base, ready_s):
+    with server(snapshot, workdir / f"server-{mode}-{n}.log", options.ready_timeout) as (proc, port, ready_s):
         print(f"[{mode} {n}] server pid {proc.pid} ready in {ready_s:.1f}s", flush=True)
-        limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
-        with httpx.Client(base_url=base, headers=HEADERS, limits=limits, timeout=30.0) as client:
-            cases: list[tuple[str, list[bytes], Callable[[bytes], bool], float | None]] = [
-                ("filter", bodies, check_filter, target_ms(mode, n)),
-                ("prioritize", bodies, lambda b: check_prioritize(b, n), target_ms(mode, n)),
-                ("healthz", [b""], lambda b: b'"ok"' in b, None),
-            ]
-            measured = []
+        client = CLIENTS[options.client](port)
+        try:
             for verb, verb_bodies, check, target in cases:
-                path = f"/{verb}"
-                samples, errors = measure(client, path, verb_bodies, requests, warmup, check)
-                measured.append((verb, samples, errors, target))
+                measure(client, f"/{verb}", verb_bodies, options.warmup, check)
+                before = server_seconds(client)
+                samples, errors = measure(client, f"/{verb}", verb_bodies, options.requests, check)
+                after = server_seconds(client)
+                total, calls = (a - b for a, b in zip(after.get(verb, (0, 0)), before.get(verb, (0, 0)), strict=True))
+                p50, p99, top = percentile(samples, 50), percentile(samples, 99), samples[-1] / 1e6
+                server_ms = total / calls * 1000 if calls else math.nan
+                rows.append(Row(mode, n, verb, len(samples), p50, p99, top, server_ms, errors, 0, 0, target))
+        finally:
+            client.close()
         rss, hwm = memory_mib(proc.pid)
-        for verb, samples, errors, target in measured:
-            p50, p99, top = percentile(samples, 50), percentile(samples, 99), samples[-1] / 1e6
-            rows.append(Row(mode, n, verb, len(samples), p50, p99, top, errors, rss, hwm, target))
+        for row in rows:
+            row.rss_mib, row.hwm_mib = rss, hwm
     snapshot.unlink()
     return rows
 
 
 def table(rows: list[Row]) -> str:
-    header = ["mode", "nodes", "verb", "n", "p50 ms", "p99 ms", "max ms", "errors", "RSS MiB", "HWM MiB", "target", ""]
+    header = ["mode", "nodes", "verb", "n", "p50 ms", "p99 ms", "max ms", "srv mean", "errors"]
+    header += ["RSS MiB", "HWM MiB", "target", ""]
     lines = [header]
     for r in rows:
         target = f"p99 <= {r.target_ms:g} ms" if r.target_ms is not None else "(floor)"
-        lines.append([
-            r.mode, f"{r.nodes:,}", r.verb, str(r.count), f"{r.p50_ms:.2f}", f"{r.p99_ms:.2f}", f"{r.max_ms:.2f}",
-            str(r.errors), f"{r.rss_mib:.0f}", f"{r.hwm_mib:.0f}", target, r.verdict,
-        ])
+        server_mean = "-" if math.isnan(r.server_mean_ms) else f"{r.server_mean_ms:.2f}"
+        times = [f"{r.p50_ms:.2f}", f"{r.p99_ms:.2f}", f"{r.max_ms:.2f}", server_mean]
+        memory = [f"{r.rss_mib:.0f}", f"{r.hwm_mib:.0f}"]
+        lines.append([r.mode, f"{r.nodes:,}", r.verb, str(r.count), *times, str(r.errors), *memory, target, r.verdict])
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     out = [" | ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip() for line in lines]
     out.insert(1, "-+-".join("-" * w for w in widths))
@@ -239,21 +305,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=20, help="untimed requests per verb first")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--ready-timeout", type=float, default=120.0)
+    parser.add_argument("--client", choices=sorted(CLIENTS), default="httpx")
     parser.add_argument("--json", help="also write the rows and the machine to this file")
     args = parser.parse_args(argv)
+    options = Options(args.requests, args.warmup, args.seed, args.ready_timeout, args.client)
     plan = [("names", int(s)) for s in args.sizes.split(",") if s.strip()]
     plan += [("nodelist", int(s)) for s in args.nodelist.split(",") if s.strip()]
+    load1 = os.getloadavg()[0]
+    if load1 > 0.5:
+        print(f"warning: load average {load1:.2f} before starting: other processes share the CPUs, expect noise")
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="kge-bench-") as tmp:
         for mode, n in plan:
-            rows.extend(run_case(mode, n, args.requests, args.warmup, args.seed, Path(tmp), args.ready_timeout))
+            rows.extend(run_case(mode, n, options, Path(tmp)))
     machine = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "cpus": len(os.sched_getaffinity(0)),
         "python": platform.python_version(),
         "platform": platform.platform(),
+        "client": args.client,
+        "load1_at_start": round(load1, 2),
     }
-    print(f"\n{machine['date']}, {machine['cpus']} cores, Python {machine['python']}, {machine['platform']}")
+    print(
+        f"\n{machine['date']}, {machine['cpus']} cores, Python {machine['python']}, {machine['platform']}, "
+        f"client {args.client}, load average at start {load1:.2f}"
+    )
     print(table(rows))
     if args.json:
         data = {"machine": machine, "rows": [asdict(r) | {"verdict": r.verdict} for r in rows]}
