@@ -7,11 +7,10 @@ re-check and the assumption in bind cannot interleave with another bind or filte
 
 from __future__ import annotations
 
-import itertools
 import logging
 import operator
 import time
-from collections import Counter, OrderedDict, deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
@@ -152,7 +151,7 @@ class ExtenderService:
         counted = self.cache.counted_node(pod.uid)
         discount = (counted, pod.resources) if counted else None
         batch = table.batch(candidates.names, discount)
-        if batch is None or len(set(np.asarray(candidates.names, dtype=object)[~batch.known])) < (~batch.known).sum():
+        if batch is None or (not batch.known.all() and _repeats(candidates.names, batch)):
             candidates = _Candidates.of(args)  # repeated names: dedupe (rare), then gather again
             batch = table.batch(candidates.names, discount)
         return candidates, batch
@@ -170,6 +169,8 @@ class ExtenderService:
         for position in np.flatnonzero(~batch.known).tolist():
             name = names[position]
             verdicts.set(position, self._verdict(pod, name, candidates.allocatable(name)).status)
+        if batch.known.all():
+            verdicts.rows = batch.rows
         return candidates, verdicts
 
     def _record(self, verb: str, pod: str, outcome: str, **detail: Any) -> None:
@@ -206,9 +207,11 @@ class ExtenderService:
         candidates, verdicts = self._filter_verdicts(pod, args)
         names = candidates.names
         passed = verdicts.passed(names)
+        if verdicts.rows is not None:  # prioritize will ask about exactly these
+            self.cache.table.remember(passed, verdicts.rows[verdicts.codes == 0])
         failed = verdicts.failed(names, Code.UNSCHEDULABLE)
         unresolvable = verdicts.failed(names, Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
-        reasons = _reasons(failed, unresolvable)
+        reasons = verdicts.reason_counts()
         for reason, count in reasons.items():
             self.metrics.filter_failures.labels(reason).inc(count)
         self._record("filter", pod.key, "ok", passed=len(passed), failed=reasons)
@@ -409,6 +412,12 @@ class _Candidates:
             return _UNPARSABLE  # judged like an invalid quantity: "node(s) with invalid allocatable"
 
 
+def _repeats(names: list[str], batch: Batch) -> bool:
+    """Whether names unknown to the table repeat (the table itself reports repeated known names)."""
+    unknown = [names[i] for i in np.flatnonzero(~batch.known).tolist()]
+    return len(set(unknown)) < len(unknown)
+
+
 def _dedupe(nodes: list[wire.RequestNode]) -> list[wire.RequestNode]:
     seen: set[str] = set()
     out = []
@@ -417,7 +426,3 @@ def _dedupe(nodes: list[wire.RequestNode]) -> list[wire.RequestNode]:
             seen.add(node.name)
             out.append(node)
     return out
-
-
-def _reasons(failed: Mapping[str, str], unresolvable: Mapping[str, str]) -> dict[str, int]:
-    return dict(Counter(itertools.chain(failed.values(), unresolvable.values())))

@@ -28,6 +28,10 @@ BoolArray = npt.NDArray[np.bool_]
 
 # Resource types are tracked as bits of one uint64 per node (ScarceResourceAvoidance counts types).
 MAX_TYPE_BITS = 64
+# Lists shorter than this are cheaper to look up than to compare; a few slots cover filter's input
+# and its survivors for the pod in flight.
+_RECALL_MIN = 64
+_RECALL_SLOTS = 4
 # Amounts at or above this could overflow int64 once multiplied by MaxNodeScore; the scalar path
 # (Python integers) takes over when any value reaches it.
 EXACT_LIMIT = 2**56
@@ -90,6 +94,7 @@ class BatchVerdicts:
     codes: npt.NDArray[np.int8]
     reason_index: Int64Array
     reasons: list[Status]
+    rows: npt.NDArray[np.intp] | None = None  # table rows of the nodes, when all are known
 
     @classmethod
     def passing(cls, size: int) -> BatchVerdicts:
@@ -122,6 +127,16 @@ class BatchVerdicts:
             )
         )
 
+    def reason_counts(self) -> dict[str, int]:
+        """How many nodes failed for each reason (for metrics and the decision log)."""
+        failing = self.reason_index[self.reason_index >= 0]
+        counts: dict[str, int] = {}
+        for index, count in enumerate(np.bincount(failing, minlength=len(self.reasons)).tolist()):
+            if count:
+                reason = self.reasons[index].reason
+                counts[reason] = counts.get(reason, 0) + count
+        return counts
+
     def passed(self, names: Sequence[str]) -> list[str]:
         return list(itertools.compress(names, (self.codes == 0).tolist()))
 
@@ -149,6 +164,11 @@ class NodeTable:
         self.exact = True
         # Per row, the start of this node's HostPriority in JSON: '{"Host":"<name>","Score":'.
         self.host_prefix: list[bytes] = []
+        # Recent name lists and their rows. kube-scheduler sends the same candidates again (rotated
+        # by its start index), and prioritize gets filter's survivors: comparing strings is several
+        # times cheaper than hashing them into ``index``. Valid while ``_version`` is unchanged.
+        self._version = 0
+        self._recent: list[tuple[int, list[str], npt.NDArray[np.intp]]] = []
 
     # ------------------------------------------------------------------ updates
     def _column(self) -> Int64Array:
@@ -177,6 +197,7 @@ class NodeTable:
                 self._next_row += 1
                 self.host_prefix.append(b"")
             self.index[name] = row
+            self._version += 1
             self.host_prefix[row] = b'{"Host":' + json.dumps(name).encode() + b',"Score":'
         return row
 
@@ -226,6 +247,7 @@ class NodeTable:
         row = self.index.pop(name, None)
         if row is not None:
             self._free_rows.append(row)
+            self._version += 1
 
     # ------------------------------------------------------------------ reads
     def batch(self, names: Sequence[str], discount: tuple[str, PodResources] | None = None) -> Batch | None:
@@ -234,9 +256,14 @@ class NodeTable:
         Returns None when ``names`` repeats a known node: the caller dedupes and asks again.
         """
         size = len(names)
+        rows = self._recalled(names)
+        if rows is not None:
+            known = np.ones(size, dtype=np.bool_)
+            return self._batch(names, rows, known, discount)
         try:  # the common case: every name known, looked up at C speed
             rows = np.fromiter(map(self.index.__getitem__, names), dtype=np.intp, count=size)
             known = np.ones(size, dtype=np.bool_)
+            self.remember(list(names), rows)
         except KeyError:
             found = [self.index.get(name, -1) for name in names]
             rows = np.array(found, dtype=np.intp)
@@ -244,6 +271,15 @@ class NodeTable:
             rows[~known] = 0
         if size and np.bincount(rows[known], minlength=1).max(initial=0) > 1:
             return None
+        return self._batch(names, rows, known, discount)
+
+    def _batch(
+        self,
+        names: Sequence[str],
+        rows: npt.NDArray[np.intp],
+        known: BoolArray,
+        discount: tuple[str, PodResources] | None,
+    ) -> Batch:
         position = -1
         if discount is not None and discount[0] in self.index:
             matches = np.flatnonzero(known & (rows == self.index[discount[0]]))
@@ -251,6 +287,31 @@ class NodeTable:
         if position < 0:
             return Batch(names, rows, known, self)
         return Batch(names, rows, known, self, position, discount[1] if discount else None)
+
+    def remember(self, names: list[str], rows: npt.NDArray[np.intp]) -> None:
+        """Keep ``names`` (all known, no repeats) with their rows for the next requests."""
+        if len(names) < _RECALL_MIN:
+            return
+        for version, _, seen_rows in self._recent:  # equal rows mean equal names: keep one entry
+            if version == self._version and np.array_equal(seen_rows, rows):
+                return
+        self._recent = [(self._version, names, rows), *self._recent[: _RECALL_SLOTS - 1]]
+
+    def _recalled(self, names: Sequence[str]) -> npt.NDArray[np.intp] | None:
+        """Rows of ``names`` if it equals, or is a rotation of, a recently seen list."""
+        if len(names) < _RECALL_MIN or not isinstance(names, list):
+            return None
+        first = self.index.get(names[0])
+        for version, seen, rows in self._recent:
+            if version != self._version or len(seen) != len(names) or first is None:
+                continue
+            at = np.flatnonzero(rows == first)
+            if not at.size:
+                continue
+            shift = int(at[0])
+            if names == (seen[shift:] + seen[:shift] if shift else seen):
+                return np.roll(rows, -shift) if shift else rows.copy()
+        return None
 
     def gather(
         self, columns: dict[str, Int64Array], resource: str, rows: npt.NDArray[np.intp], known: BoolArray

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -116,3 +117,31 @@ def test_repeated_names_and_removed_rows() -> None:
     batch = table.batch(["d", "c"])
     assert batch is not None and batch.allocatable("cpu").tolist() == [2000, 1000]
     assert table.host_prefix[table.index["d"]] == b'{"Host":"d","Score":'
+
+
+def _rows(batch: object) -> list[int]:
+    assert batch is not None
+    return batch.rows.tolist()  # type: ignore[attr-defined]
+
+
+def test_recent_lists_are_recalled_only_while_valid() -> None:
+    table = NodeTable()
+    names = [f"node-{i}" for i in range(100)]
+    for name in names:
+        table.upsert(NodeInfo(name, {"cpu": 1000}, allocatable_types=frozenset({"cpu"})))
+    expected = {name: table.index[name] for name in names}
+    table.batch(list(names))
+    rotated = names[37:] + names[:37]
+    # Fresh string objects, as a new request decodes them: recalled by comparison, not identity.
+    fresh = [str(n.encode().decode()) for n in rotated]
+    assert _rows(table.batch(fresh)) == [expected[n] for n in rotated]
+    table.remove("node-5")
+    table.upsert(NodeInfo("node-new", {"cpu": 1000}, allocatable_types=frozenset({"cpu"})))  # reuses node-5's row
+    after = [n if n != "node-5" else "node-new" for n in names]
+    batch = table.batch(after)
+    assert _rows(batch) == [table.index[n] for n in after]
+    gone = table.batch(list(names))
+    assert gone is not None and not gone.known[5]  # node-5 is no longer known, not recalled as before
+    subset = names[::3]
+    table.remember(subset, np.array([table.index.get(n, 0) for n in subset]))
+    assert _rows(table.batch(list(subset))) == [table.index.get(n, 0) for n in subset]
