@@ -9,7 +9,6 @@ combined = sum(score_r * w_r) // sum(w_r); 100 when nothing is scored.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -21,39 +20,15 @@ from scoring.fitplus import (
     ResourceStrategy,
     StrategyType,
 )
-from scoring.framework import ArgsError, NodeInfo, PodInfo
+from scoring.framework import ArgsError, PodInfo
 from scoring.resources import pod_resources
+from tests.scoring.builders import ctr, node, pod
 
 GI = 2**30
 MI = 2**20
 GPU = "nvidia.com/gpu"
 LA = "LeastAllocated"
 MA = "MostAllocated"
-
-
-def ctr(requests: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {"name": "c", "resources": {"requests": requests}} if requests is not None else {"name": "c"}
-
-
-def pod(*containers: dict[str, Any], **spec: Any) -> PodInfo:
-    return PodInfo(uid="u", namespace="ns", name="p", resources=pod_resources({"containers": list(containers), **spec}))
-
-
-def node(
-    allocatable: Mapping[str, int],
-    requested: Mapping[str, int] | None = None,
-    non_zero_cpu: int | None = None,
-    non_zero_memory: int | None = None,
-) -> NodeInfo:
-    requested = dict(requested or {})
-    return NodeInfo(
-        name="n",
-        allocatable=dict(allocatable),
-        requested=requested,
-        non_zero_cpu=requested.get("cpu", 0) if non_zero_cpu is None else non_zero_cpu,
-        non_zero_memory=requested.get("memory", 0) if non_zero_memory is None else non_zero_memory,
-        allocatable_types=NodeInfo.types_of(allocatable),
-    )
 
 
 def plugin(resources: dict[str, tuple[str, int]]) -> NodeResourcesFitPlus:

@@ -7,29 +7,13 @@ reason: "Insufficient <resource>"
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
-from scoring.framework import SUCCESS, Code, NodeInfo, PodInfo, Status
+from scoring.framework import SUCCESS, Code, Status
 from scoring.managed_fit import NAME, ManagedResourcesFit, insufficient_reason
-from scoring.resources import pod_resources
+from tests.scoring.builders import node
+from tests.scoring.builders import pod_requesting as pod
 
 GPU = "nvidia.com/gpu"
 FPGA = "example.com/fpga"
-
-
-def pod(requests: dict[str, Any] | None = None, **spec: Any) -> PodInfo:
-    containers = [{"name": "c", "resources": {"requests": requests or {}}}]
-    return PodInfo(uid="u", namespace="ns", name="p", resources=pod_resources({"containers": containers, **spec}))
-
-
-def node(allocatable: Mapping[str, int], requested: Mapping[str, int] | None = None) -> NodeInfo:
-    return NodeInfo(
-        name="n",
-        allocatable=dict(allocatable),
-        requested=dict(requested or {}),
-        allocatable_types=NodeInfo.types_of(allocatable),
-    )
 
 
 FIT = ManagedResourcesFit([GPU])

@@ -6,7 +6,6 @@ Combined priority = (sum(w * s) // sum(w) + 5) // 10.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -28,29 +27,11 @@ from scoring.framework import (
 )
 from scoring.managed_fit import ManagedResourcesFit
 from scoring.profile import SCORE_PLUGINS, NodeScore, Profile, ScorePluginSpec, build_score_plugin
-from scoring.resources import pod_resources
+from tests.scoring.builders import node
+from tests.scoring.builders import pod_requesting as pod
 
 GI = 2**30
 GPU = "nvidia.com/gpu"
-
-
-def pod(requests: dict[str, Any] | None) -> PodInfo:
-    container: dict[str, Any] = {"name": "c"}
-    if requests is not None:
-        container["resources"] = {"requests": requests}
-    return PodInfo(uid="u", namespace="ns", name="p", resources=pod_resources({"containers": [container]}))
-
-
-def node(allocatable: Mapping[str, int], requested: Mapping[str, int] | None = None) -> NodeInfo:
-    requested = dict(requested or {})
-    return NodeInfo(
-        name="n",
-        allocatable=dict(allocatable),
-        requested=requested,
-        non_zero_cpu=requested.get("cpu", 0),
-        non_zero_memory=requested.get("memory", 0),
-        allocatable_types=NodeInfo.types_of(allocatable),
-    )
 
 
 FIT_ARGS = {

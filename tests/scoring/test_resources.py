@@ -7,8 +7,6 @@ the key *absent*.
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from scoring.quantity import QuantityError
@@ -20,19 +18,11 @@ from scoring.resources import (
     parse_resource_list,
     pod_resources,
 )
+from tests.scoring.builders import ctr
 
 GI = 2**30
 MI = 2**20
 DEF_MEM = 200 * MI  # 209715200
-
-
-def ctr(requests: dict[str, Any] | None = None, *, name: str = "c", sidecar: bool = False) -> dict[str, Any]:
-    container: dict[str, Any] = {"name": name}
-    if requests is not None:
-        container["resources"] = {"requests": requests}
-    if sidecar:
-        container["restartPolicy"] = "Always"
-    return container
 
 
 def test_default_constants() -> None:

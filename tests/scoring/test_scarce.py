@@ -6,39 +6,16 @@ D = N - P, S = D ∩ scarce. Score = 100 if |D| == 0 or |S| == 0 else (|D| - |S|
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import pytest
 
-from scoring.framework import ArgsError, NodeInfo, PodInfo
-from scoring.resources import pod_resources
+from scoring.framework import ArgsError, NodeInfo
 from scoring.scarce import NAME, ScarceResourceAvoidance, ScarceResourceAvoidanceArgs
+from tests.scoring.builders import ctr, node, pod
 
 GI = 2**30
 GPU = "nvidia.com/gpu"
-
-
-def ctr(requests: dict[str, Any] | None = None, *, sidecar: bool = False) -> dict[str, Any]:
-    c: dict[str, Any] = {"name": "c"}
-    if requests is not None:
-        c["resources"] = {"requests": requests}
-    if sidecar:
-        c["restartPolicy"] = "Always"
-    return c
-
-
-def pod(*containers: dict[str, Any], **spec: Any) -> PodInfo:
-    return PodInfo(uid="u", namespace="ns", name="p", resources=pod_resources({"containers": list(containers), **spec}))
-
-
-def node(allocatable: Mapping[str, int], requested: Mapping[str, int] | None = None) -> NodeInfo:
-    return NodeInfo(
-        name="n",
-        allocatable=dict(allocatable),
-        requested=dict(requested or {}),
-        allocatable_types=NodeInfo.types_of(allocatable),
-    )
 
 
 def sra(*names: str) -> ScarceResourceAvoidance:
