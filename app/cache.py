@@ -92,8 +92,10 @@ class ClusterCache:
     def usage(self, name: str) -> NodeUsage:
         return self._usage.get(name) or NodeUsage()
 
-    def pods_on(self, node: str) -> list[PodInfo]:
-        return [pod for (where, pod, _) in self._counted.values() if where == node]
+    def counted(self, uid: str) -> tuple[str, PodInfo] | None:
+        """Where a pod counts now, and as which version (bound, or our assumption)."""
+        entry = self._counted.get(uid)
+        return (entry[0], entry[1]) if entry else None
 
     def counted_node(self, uid: str) -> str | None:
         entry = self._counted.get(uid)

@@ -282,17 +282,12 @@ class ExtenderService:
                 dropped[node_name] = REASON_NODE_NOT_IN_CACHE
                 continue
             requested = dict(node.requested)
-            removed = set(victims.uids)
-            if self.cache.counted_node(pod.uid) == node_name:
-                removed.add(pod.uid)
-            for uid in removed:
-                victim = self.cache.pods.get(uid)
-                if self.cache.counted_node(uid) != node_name:
-                    continue  # not counted here, so nothing to give back
-                victim = self.cache.ledger[uid].pod if uid in self.cache.ledger else victim
-                if victim is not None:
-                    for resource, amount in victim.resources.requests.items():
-                        requested[resource] = requested.get(resource, 0) - amount
+            for uid in {*victims.uids, pod.uid}:  # the preemptor too, if already assumed there
+                counted = self.cache.counted(uid)
+                if counted is None or counted[0] != node_name:
+                    continue  # not counted on this node: nothing to give back
+                for resource, amount in counted[1].resources.requests.items():
+                    requested[resource] = requested.get(resource, 0) - amount
             status = self.fit.fits(pod, node.allocatable, requested)
             if status.passed:
                 result[node_name] = entry
