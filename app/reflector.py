@@ -108,7 +108,9 @@ class Reflector:
             except GoneError:
                 self.resource_version = ""
                 self._restart("gone")
-            except (ApiError, ObjectError, ValueError, TypeError, KeyError) as exc:
+            except Exception as exc:  # whatever it was, the loop must survive and retry
+                if not isinstance(exc, ApiError | ObjectError):
+                    log.exception("%s: unexpected error in the watch loop", self.resource.name)
                 self._disconnected(exc)
                 delay = exc.retry_after if isinstance(exc, ApiError) and exc.retry_after else backoff
                 self._restart("error")

@@ -181,3 +181,33 @@ def test_internal_error_still_answers_200(client_for: Any) -> None:
     answer = client.post("/filter", content=filter_body(pod_obj("p"), ["g1"])).json()
     assert answer["Error"] == "internal error in the GPU extender: RuntimeError: kaboom"
     assert answer["NodeNames"] is None
+
+
+def test_concurrent_filter_and_bind_over_http_never_overcommit() -> None:
+    """Interleaved filter/bind requests for 60 pods racing for one 8-GPU node, through the ASGI app."""
+    import asyncio
+
+    import httpx
+
+    from app.server import create_app
+
+    service = make_service([node_obj("g1", gpus=8)])
+    app = create_app(service)
+    pods = [pod_obj(f"p{i}", gpus=1 + i % 2) for i in range(60)]
+
+    async def schedule(client: httpx.AsyncClient, pod: dict[str, Any]) -> bool:
+        answer = (await client.post("/filter", content=filter_body(pod, ["g1"]))).json()
+        if answer["NodeNames"] != ["g1"]:
+            return False
+        return (await client.post("/bind", content=bind_body(pod, "g1"))).json() == {"Error": ""}
+
+    async def run() -> list[bool]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://extender") as client:
+            return await asyncio.gather(*(schedule(client, pod) for pod in pods))
+
+    bound = asyncio.run(run())
+    gpus = sum(1 + i % 2 for i, ok in enumerate(bound) if ok)
+    assert gpus == 8  # every GPU handed out once: some pods lost the race and got an Error instead
+    assert service.cache.usage("g1").requested["nvidia.com/gpu"] == 8
+    service.cache.check_invariants()
