@@ -117,7 +117,12 @@ def _container_requests(container: Mapping[str, Any]) -> _Exact:
         raise QuantityError("containers must be objects")
     resources = container.get("resources") or {}
     name = container.get("name", "?")
-    return _exact_list(resources.get("requests"), f"container {name!r} requests")
+    requests = _exact_list(resources.get("requests"), f"container {name!r} requests")
+    # API-server defaulting: a resource with a limit but no request is requested at its limit.
+    # Pods from the API already carry it; hand-written snapshots may not.
+    for resource, limit in _exact_list(resources.get("limits"), f"container {name!r} limits").items():
+        requests.setdefault(resource, limit)
+    return requests
 
 
 def _aggregate(

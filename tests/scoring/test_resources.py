@@ -375,3 +375,10 @@ def test_aggregate_rounds_after_init_max_and_overhead() -> None:
     # memory: 0.5 + 0.5 bytes = 1 byte -> 1
     spec = {"containers": [ctr({"memory": "500m"}), ctr({"memory": "500m"})]}
     assert pod_resources(spec).requests["memory"] == 1
+
+
+def test_limits_default_missing_requests_like_the_api_server() -> None:
+    container = {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "2", "cpu": "2"}, "requests": {"cpu": "500m"}}}
+    resources = pod_resources({"containers": [container]})
+    assert resources.requests == {"cpu": 500, "nvidia.com/gpu": 2}  # the explicit cpu request wins
+    assert resources.non_zero_cpu == 500
