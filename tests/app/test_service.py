@@ -248,3 +248,18 @@ def test_batch_answers_match_explain_on_the_example_cluster(gpus: int) -> None:
         assert reasons == {n: e["filter"]["reason"] for n, e in explained.items() if e["filter"]["code"] == code}
     scores = json.loads(wire.encode(service.prioritize(body)))  # prebuilt bytes or objects
     assert {s["Host"]: s["Score"] for s in scores} == {n: explained[n].get("score", 0) for n in names}
+
+
+def test_one_structured_log_line_per_decision(caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    from app.logs import JsonFormatter
+
+    service = make_service([node_obj("g1", gpus=1)])
+    with caplog.at_level(logging.DEBUG, logger="kube_gpu_extender.decisions"):
+        _filter(service, pod_obj("p", gpus=2), ["g1"])
+    (record,) = [r for r in caplog.records if r.name == "kube_gpu_extender.decisions"]
+    line = json.loads(JsonFormatter().format(record))
+    assert line["level"] == "debug" and line["msg"] == "decision"
+    assert line["decision"]["verb"] == "filter" and line["decision"]["pod"] == "default/p"
+    assert line["decision"]["failed"] == {"Insufficient nvidia.com/gpu": 1}
