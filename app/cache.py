@@ -97,10 +97,6 @@ class ClusterCache:
         entry = self._counted.get(uid)
         return (entry[0], entry[1]) if entry else None
 
-    def counted_node(self, uid: str) -> str | None:
-        entry = self._counted.get(uid)
-        return entry[0] if entry else None
-
     def source(self, name: str) -> SourceState:
         return self.sources.setdefault(name, SourceState())
 

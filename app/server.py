@@ -23,7 +23,7 @@ from app import wire
 from app.debug import debug_view
 from app.service import ExtenderService
 
-__all__ = ["BodyTooLarge", "ExtenderVerbs", "create_app", "read_body"]
+__all__ = ["BodyTooLarge", "ExtenderVerbs", "create_app"]
 
 log = logging.getLogger("kube_gpu_extender.server")
 JSON = "application/json"
@@ -31,21 +31,6 @@ JSON = "application/json"
 
 class BodyTooLarge(Exception):
     pass
-
-
-async def read_body(request: Request, limit: int) -> bytes:
-    """Read at most ``limit`` bytes; refuse a larger body before (or while) reading it."""
-    length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > limit:
-        raise BodyTooLarge(f"request body of {length} bytes exceeds the limit of {limit} bytes")
-    chunks = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise BodyTooLarge(f"request body exceeds the limit of {limit} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def create_app(
@@ -97,7 +82,7 @@ def create_app(
     @app.post("/debug/explain", summary="Per node: filter verdict, raw plugin scores and the final score")
     async def explain(request: Request) -> Response:
         try:
-            body = await read_body(request, limit)
+            body = await _receive_body(request.scope, request.receive, limit)
             return Response(wire.encode(service.explain(body)), media_type=JSON)
         except BodyTooLarge as exc:
             return JSONResponse({"error": str(exc)}, status_code=413)

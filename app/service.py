@@ -110,20 +110,16 @@ class ExtenderService:
             except ObjectError as exc:
                 raise wire.WireError(f"Pod: {exc}") from None
             if isinstance(obj, bytes):
-                self._pod_memo[obj] = pod
-                while len(self._pod_memo) > _POD_MEMO:
-                    self._pod_memo.popitem(last=False)
-        self._pending[pod.uid] = pod
-        self._pending.move_to_end(pod.uid)
-        while len(self._pending) > _PENDING_PODS:
-            self._pending.popitem(last=False)
+                _remember(self._pod_memo, obj, pod, _POD_MEMO)
+        _remember(self._pending, pod.uid, pod, _PENDING_PODS)
         return pod
 
     def _node_for(self, pod: PodInfo, name: str, allocatable: Mapping[str, Any] | None) -> NodeInfo | None:
         node = self.cache.node_info(name)
         if node is None and allocatable is not None:
             node = self.cache.node_info_for(name, parse_resource_list(allocatable, "status.allocatable"))
-        if node is not None and self.cache.counted_node(pod.uid) == name:
+        counted = self.cache.counted(pod.uid)
+        if node is not None and counted is not None and counted[0] == name:
             node = _without(node, pod)  # a retried pod must not compete with its own assumption
         return node
 
@@ -148,8 +144,8 @@ class ExtenderService:
         table = self.cache.table
         if not table.exact or any(abs(v) >= EXACT_LIMIT for v in pod.resources.requests.values()):
             return _Candidates.of(args), None
-        counted = self.cache.counted_node(pod.uid)
-        discount = (counted, pod.resources) if counted else None
+        counted = self.cache.counted(pod.uid)
+        discount = (counted[0], pod.resources) if counted else None
         batch = table.batch(candidates.names, discount)
         if batch is None or (not batch.known.all() and _repeats(candidates.names, batch)):
             candidates = _Candidates.of(args)  # repeated names: dedupe (rare), then gather again
@@ -186,24 +182,20 @@ class ExtenderService:
 
     # ------------------------------------------------------------------ filter
     def filter(self, body: bytes) -> dict[str, Any]:
-        self.cache.expire()
         try:
             args = wire.decode_extender_args(body)
             pod = self._pod(args.pod_raw)
         except wire.WireError as exc:
             self._record("filter", "?", "error", error=str(exc))
             return wire.filter_result(error=f"invalid filter request: {exc}")
-        passthrough = args.node_names is not None
         not_ready = self.not_ready_reason()
         if not_ready:
             if self.config.cache.notReadyPolicy == "Fail":
                 self._record("filter", pod.key, "not-ready", error=not_ready)
                 return wire.filter_result(error=f"GPU extender not ready: {not_ready}")
-            names = list(dict.fromkeys(args.candidate_names))
             self._record("filter", pod.key, "not-ready-pass", error=not_ready)
-            if passthrough:
-                return wire.filter_result(node_names=names)
-            return wire.filter_result(nodes=[n.raw for n in _dedupe(args.nodes or [])])
+            candidates = _Candidates.of(args)
+            return candidates.result(candidates.names)
         candidates, verdicts = self._filter_verdicts(pod, args)
         names = candidates.names
         passed = verdicts.passed(names)
@@ -215,11 +207,7 @@ class ExtenderService:
         for reason, count in reasons.items():
             self.metrics.filter_failures.labels(reason).inc(count)
         self._record("filter", pod.key, "ok", passed=len(passed), failed=reasons)
-        if passthrough:
-            return wire.filter_result(node_names=passed, failed=failed, unresolvable=unresolvable)
-        keep = set(passed)
-        raws = [n.raw for n in _dedupe(args.nodes or []) if n.name in keep]
-        return wire.filter_result(nodes=raws, failed=failed, unresolvable=unresolvable)
+        return candidates.result(passed, failed, unresolvable)
 
     # ------------------------------------------------------------------ prioritize
     def prioritize(self, body: bytes, plugin: str | None = None) -> list[dict[str, Any]] | msgspec.Raw:
@@ -395,8 +383,22 @@ class _Candidates:
     def of(args: wire.ExtenderArgs, *, dedupe: bool = True) -> _Candidates:
         if args.node_names is not None:
             return _Candidates(list(dict.fromkeys(args.node_names)) if dedupe else args.node_names)
-        by_name = {node.name: node for node in reversed(args.nodes or [])}  # first occurrence wins
-        return _Candidates([node.name for node in _dedupe(args.nodes or [])], by_name)
+        by_name: dict[str, wire.RequestNode] = {}
+        for node in args.nodes or ():
+            by_name.setdefault(node.name, node)  # the first occurrence wins; dicts keep that order
+        return _Candidates(list(by_name), by_name)
+
+    def result(
+        self,
+        passed: list[str],
+        failed: Mapping[str, str] | None = None,
+        unresolvable: Mapping[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """The filter answer in the request's mode: names, or the request's Node objects unchanged."""
+        if self.by_name is None:
+            return wire.filter_result(node_names=passed, failed=failed, unresolvable=unresolvable)
+        nodes = [self.by_name[name].raw for name in passed]
+        return wire.filter_result(nodes=nodes, failed=failed, unresolvable=unresolvable)
 
     def allocatable(self, name: str) -> Mapping[str, Any] | None:
         if self.by_name is None:
@@ -407,17 +409,15 @@ class _Candidates:
             return _UNPARSABLE  # judged like an invalid quantity: "node(s) with invalid allocatable"
 
 
+def _remember(lru: OrderedDict[Any, PodInfo], key: Any, pod: PodInfo, limit: int) -> None:
+    """Insert or refresh ``key`` in a bounded least-recently-used map."""
+    lru[key] = pod
+    lru.move_to_end(key)
+    while len(lru) > limit:
+        lru.popitem(last=False)
+
+
 def _repeats(names: list[str], batch: Batch) -> bool:
     """Whether names unknown to the table repeat (the table itself reports repeated known names)."""
     unknown = [names[i] for i in np.flatnonzero(~batch.known).tolist()]
     return len(set(unknown)) < len(unknown)
-
-
-def _dedupe(nodes: list[wire.RequestNode]) -> list[wire.RequestNode]:
-    seen: set[str] = set()
-    out = []
-    for node in nodes:
-        if node.name not in seen:
-            seen.add(node.name)
-            out.append(node)
-    return out

@@ -87,12 +87,6 @@ class ExtenderArgs:
     node_names: list[str] | None = None
     nodes: list[RequestNode] | None = None
 
-    @property
-    def candidate_names(self) -> list[str]:
-        if self.node_names is not None:
-            return self.node_names
-        return [node.name for node in self.nodes or ()]
-
 
 @dataclass(slots=True)
 class Victims:

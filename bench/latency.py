@@ -196,7 +196,7 @@ def check_prioritize(body: bytes, nodes: int) -> bool:
 
 
 def server_seconds(client: Client) -> dict[str, tuple[float, float]]:
-    """Per verb (sum, count) of the server's own request histogram: read_body through encode."""
+    """Per verb (sum, count) of the server's own request histogram: body read through answer sent."""
     text = client.request("GET", "/metrics", b"")[1].decode()
     found: dict[str, list[float]] = {}
     for match in HISTOGRAM.finditer(text):
