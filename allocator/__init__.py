@@ -2,4 +2,76 @@
 
 Pure: ResourceSlices, DeviceClasses and ResourceClaims in, AllocationResults out. No I/O, no
 HTTP, no Kubernetes client, like kube-scheduler's structured allocator.
+
+* ``api`` - the v1 objects and their strict parsers (priorities from spec or annotations);
+* ``pools`` - per-node pool gathering, validation and KEP-5773 order, memoised in ``SliceIndex``;
+* ``cel`` - CEL selectors (cel-expr-python) with the Kubernetes quantity and semver libraries;
+* ``allocate`` - the backtracking first-fit search and the AllocationResult it builds;
+* ``nodeselector`` / ``result`` - core/v1 NodeSelector matching, allocation JSON.
 """
+
+from allocator.allocate import (
+    REASON_CANNOT_ALLOCATE,
+    REASON_INVALID_POOLS,
+    Allocated,
+    AllocationError,
+    Allocator,
+    Unschedulable,
+)
+from allocator.api import (
+    POOL_PRIORITY_ANNOTATION,
+    PRIORITY_ANNOTATION,
+    AllocationResult,
+    DeviceClass,
+    DeviceID,
+    DeviceRequestAllocationResult,
+    NodeRef,
+    NodeSelector,
+    ParseError,
+    ResourceClaim,
+    ResourceClaimConsumer,
+    ResourceSlice,
+    parse_device_class,
+    parse_node_selector,
+    parse_resource_claim,
+    parse_resource_slice,
+)
+from allocator.cel import SelectorCache, SelectorError
+from allocator.nodeselector import node_selector_matches, node_selector_to_obj
+from allocator.pools import NodePools, Pool, SliceIndex
+from allocator.result import allocated_device_ids, allocation_to_obj, parse_allocation
+
+__all__ = [
+    "POOL_PRIORITY_ANNOTATION",
+    "PRIORITY_ANNOTATION",
+    "REASON_CANNOT_ALLOCATE",
+    "REASON_INVALID_POOLS",
+    "Allocated",
+    "AllocationError",
+    "AllocationResult",
+    "Allocator",
+    "DeviceClass",
+    "DeviceID",
+    "DeviceRequestAllocationResult",
+    "NodePools",
+    "NodeRef",
+    "NodeSelector",
+    "ParseError",
+    "Pool",
+    "ResourceClaim",
+    "ResourceClaimConsumer",
+    "ResourceSlice",
+    "SelectorCache",
+    "SelectorError",
+    "SliceIndex",
+    "Unschedulable",
+    "allocated_device_ids",
+    "allocation_to_obj",
+    "node_selector_matches",
+    "node_selector_to_obj",
+    "parse_allocation",
+    "parse_device_class",
+    "parse_node_selector",
+    "parse_resource_claim",
+    "parse_resource_slice",
+]

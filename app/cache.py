@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from app.dra import DraState
 from scoring.framework import NodeInfo, PodInfo, Status
 from scoring.table import NodeTable
 
@@ -79,6 +80,7 @@ class ClusterCache:
         self._counted: dict[str, tuple[str, PodInfo, bool]] = {}  # uid -> (node, pod, via assumption)
         self._snapshots: dict[str, NodeInfo] = {}
         self.table = NodeTable()  # the same snapshots as columns, for batch filtering and scoring
+        self.dra = DraState(clock=clock, inflight_ttl=assume_ttl)  # DRA objects and devices in use
 
     # ------------------------------------------------------------------ reads
     def node_info(self, name: str) -> NodeInfo | None:
@@ -103,10 +105,12 @@ class ClusterCache:
     # ------------------------------------------------------------------ nodes
     def upsert_node(self, node: Any) -> None:
         self.nodes[node.name] = node
+        self.dra.set_node(node.name, node.labels)
         self._refresh(node.name)
 
     def delete_node(self, name: str) -> None:
         self.nodes.pop(name, None)
+        self.dra.delete_node(name)
         self._snapshots.pop(name, None)
         self.table.remove(name)
 
@@ -231,10 +235,12 @@ class ClusterCache:
             "pods": len(self.pods),
             "countedPods": len(self._counted),
             "assumedPods": len(self.ledger),
+            **self.dra.counts(),
         }
 
     def check_invariants(self) -> None:
         """Recompute every node's usage from scratch and compare (tests and /debug?verify use it)."""
+        self.dra.check_invariants()
         expected: dict[str, NodeUsage] = {}
         for uid in set(self.pods) | set(self.ledger):
             desired = self._desired(uid)

@@ -63,6 +63,17 @@ class ServerConfig(_Strict):
         return value
 
 
+class DraConfig(_Strict):
+    enabled: bool = Field(
+        True,
+        description="Allocate DRA ResourceClaims (resource.k8s.io/v1) in filter and bind. Requires kube-scheduler's "
+        "DynamicResources plugin to be disabled in the profile; turn off on clusters without resource.k8s.io/v1.",
+    )
+    proposalTTLSeconds: float = Field(
+        60.0, gt=0, description="How long /bind may reuse the devices /filter chose on a node for a pod."
+    )
+
+
 def _default_plugins() -> list[PluginConfig]:
     return [
         PluginConfig(
@@ -87,6 +98,7 @@ class ExtenderConfiguration(_Strict):
     plugins: list[PluginConfig] = Field(default_factory=_default_plugins)
     cache: CacheConfig = Field(default_factory=CacheConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
+    dra: DraConfig = Field(default_factory=DraConfig)
 
     @property
     def managed_resource_names(self) -> list[str]:

@@ -1,4 +1,4 @@
-"""A thin async Kubernetes API client for list, watch and Binding, on httpx + msgspec.
+"""A thin async Kubernetes API client for list, watch, get, update and Binding, on httpx + msgspec.
 
 The ``kubernetes`` package loads kubeconfig / in-cluster credentials (including token refresh);
 requests go through httpx because the package's typed models cost 400-750 ms per 5,000-node list
@@ -73,7 +73,12 @@ class KubeClient:
             auth=_TokenAuth(token) if token else None,
             verify=verify,
             timeout=httpx.Timeout(timeout),
-            headers={"Accept": "application/json", "User-Agent": "kube-gpu-extender/0.1.0"},
+            # The API server answers 415 to a POST or PUT without a JSON Content-Type.
+            headers={
+                "Accept": "application/json",
+                "Content-Type": "application/json",
+                "User-Agent": "kube-gpu-extender/0.1.0",
+            },
         )
 
     @classmethod
@@ -151,6 +156,28 @@ class KubeClient:
                     raise ApiError(f"undecodable watch event: {exc}") from exc
                 if isinstance(event, dict):
                     yield event
+
+    async def get(self, path: str) -> dict[str, Any]:
+        """One object; an ApiError with ``status`` 404 when it does not exist."""
+        return await self._call("GET", path)
+
+    async def put(self, path: str, obj: dict[str, Any]) -> dict[str, Any]:
+        """Update (optimistically: the object's resourceVersion is the precondition; 409 on conflict)."""
+        return await self._call("PUT", path, msgspec.json.encode(obj))
+
+    async def _call(self, method: str, path: str, content: bytes | None = None) -> dict[str, Any]:
+        try:
+            response = await self._http.request(method, path, content=content)
+        except httpx.TimeoutException as exc:
+            raise ApiError(f"{method} {path} timed out: {exc}", reason="Timeout") from exc
+        except httpx.HTTPError as exc:
+            raise ApiError(f"{method} {path}: {type(exc).__name__}: {exc}", reason="Transport") from exc
+        if response.status_code not in (200, 201):
+            raise _error(response, response.content)
+        obj = _decode(response.content)
+        if not isinstance(obj, dict):
+            raise ApiError(f"{method} {path}: the answer is not an object", status=response.status_code)
+        return obj
 
     async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
         """POST a v1 Binding with the pod UID as precondition (a re-created pod is refused)."""

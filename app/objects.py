@@ -6,17 +6,27 @@ holds small objects and never keeps whole Pods or Nodes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from scoring.framework import PodInfo
+import allocator
+from scoring.framework import PodClaimRef, PodInfo
 from scoring.quantity import QuantityError
 from scoring.resources import parse_resource_list, pod_resources
 
-__all__ = ["NodeObject", "ObjectError", "node_from_obj", "pod_from_obj"]
+__all__ = [
+    "NodeObject",
+    "ObjectError",
+    "claim_from_obj",
+    "device_class_from_obj",
+    "node_from_obj",
+    "pod_from_obj",
+    "slice_from_obj",
+]
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
+T = TypeVar("T")
 
 
 class ObjectError(ValueError):
@@ -72,8 +82,10 @@ def pod_from_obj(obj: Mapping[str, Any]) -> PodInfo:
         raise ObjectError(f"Pod {namespace}/{name}: {exc}") from None
     except (AttributeError, TypeError) as exc:
         raise ObjectError(f"Pod {namespace}/{name}: malformed spec ({exc})") from None
-    phase = (obj.get("status") or {}).get("phase", "")
+    status = obj.get("status") or {}
+    phase = status.get("phase", "")
     priority = spec.get("priority") or 0
+    claims, claims_pending = _pod_claims(f"{namespace}/{name}", spec, status)
     return PodInfo(
         uid=str(metadata.get("uid") or f"{namespace}/{name}"),
         namespace=namespace,
@@ -82,4 +94,57 @@ def pod_from_obj(obj: Mapping[str, Any]) -> PodInfo:
         node_name=str(spec.get("nodeName") or ""),
         priority=priority if isinstance(priority, int) else 0,
         terminal=phase in TERMINAL_PHASES,
+        claims=claims,
+        claims_pending=claims_pending,
     )
+
+
+def _pod_claims(key: str, spec: Mapping[str, Any], status: Mapping[str, Any]) -> tuple[tuple[PodClaimRef, ...], str]:
+    """Resolve ``spec.resourceClaims``: direct names as-is, templates through the pod's status.
+
+    A template entry without a status entry means the claim is not created yet (the pod must
+    wait); an entry whose name is null means nothing was needed, so it is skipped.
+    """
+    refs = spec.get("resourceClaims") or []
+    if not isinstance(refs, list):
+        raise ObjectError(f"Pod {key}: spec.resourceClaims must be a list")
+    generated: dict[str, str | None] = {}
+    for entry in status.get("resourceClaimStatuses") or []:
+        if isinstance(entry, Mapping) and isinstance(entry.get("name"), str):
+            generated[entry["name"]] = entry.get("resourceClaimName")
+    claims: list[PodClaimRef] = []
+    pending = ""
+    for index, ref in enumerate(refs):
+        where = f"Pod {key}: spec.resourceClaims[{index}]"
+        if not isinstance(ref, Mapping) or not isinstance(ref.get("name"), str) or not ref["name"]:
+            raise ObjectError(f"{where}.name is missing")
+        name = ref["name"]
+        if ref.get("resourceClaimName"):
+            claims.append(PodClaimRef(name, str(ref["resourceClaimName"])))
+        elif ref.get("resourceClaimTemplateName"):
+            if name not in generated:
+                pending = pending or f"waiting for the ResourceClaim of pod claim {name!r} to be created"
+            elif generated[name]:
+                claims.append(PodClaimRef(name, str(generated[name]), generated=True))
+        else:
+            raise ObjectError(f"{where}: one of resourceClaimName or resourceClaimTemplateName is required")
+    return tuple(claims), pending
+
+
+def _dra(parse: Callable[[Mapping[str, Any]], T]) -> Callable[[Mapping[str, Any]], T]:
+    """The allocator's resource.k8s.io/v1 parsers, with their errors as ObjectError."""
+
+    def convert(obj: Mapping[str, Any]) -> T:
+        if not isinstance(obj, Mapping):
+            raise ObjectError("resource.k8s.io object must be a JSON object")
+        try:
+            return parse(obj)
+        except allocator.ParseError as exc:
+            raise ObjectError(str(exc)) from None
+
+    return convert
+
+
+device_class_from_obj = _dra(allocator.parse_device_class)
+claim_from_obj = _dra(allocator.parse_resource_claim)
+slice_from_obj = _dra(allocator.parse_resource_slice)

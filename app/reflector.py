@@ -18,9 +18,25 @@ from typing import Any
 from app.cache import ClusterCache, SourceState
 from app.kube import ApiError, GoneError, KubeClient
 from app.metrics import Metrics
-from app.objects import ObjectError, node_from_obj, pod_from_obj
+from app.objects import (
+    ObjectError,
+    claim_from_obj,
+    device_class_from_obj,
+    node_from_obj,
+    pod_from_obj,
+    slice_from_obj,
+)
 
-__all__ = ["Reflector", "Resource", "node_resource", "pod_resource"]
+__all__ = [
+    "DRA_RESOURCES",
+    "Reflector",
+    "Resource",
+    "device_class_resource",
+    "node_resource",
+    "pod_resource",
+    "resource_claim_resource",
+    "resource_slice_resource",
+]
 
 log = logging.getLogger("kube_gpu_extender.reflector")
 
@@ -53,6 +69,15 @@ def _uid(obj: dict[str, Any]) -> str:
     return str(metadata.get("uid") or f"{metadata.get('namespace') or 'default'}/{metadata.get('name')}")
 
 
+def _name(obj: dict[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("name", ""))
+
+
+def _namespaced_name(obj: dict[str, Any]) -> str:
+    metadata = obj.get("metadata") or {}
+    return f"{metadata.get('namespace') or 'default'}/{metadata.get('name')}"
+
+
 node_resource = Resource(
     name="nodes",
     path="/api/v1/nodes",
@@ -70,6 +95,37 @@ pod_resource = Resource(
     upsert=lambda cache, obj: cache.upsert_pod(pod_from_obj(obj)),
     delete=lambda cache, obj: cache.delete_pod(_uid(obj)),
 )
+
+_DRA = "/apis/resource.k8s.io/v1"
+
+device_class_resource = Resource(
+    name="deviceclasses",
+    path=f"{_DRA}/deviceclasses",
+    field_selector="",
+    replace=lambda cache, items: cache.dra.replace_classes(_convert_all(items, device_class_from_obj, "DeviceClass")),
+    upsert=lambda cache, obj: cache.dra.upsert_class(device_class_from_obj(obj)),
+    delete=lambda cache, obj: cache.dra.delete_class(_name(obj)),
+)
+
+resource_claim_resource = Resource(
+    name="resourceclaims",
+    path=f"{_DRA}/resourceclaims",
+    field_selector="",
+    replace=lambda cache, items: cache.dra.replace_claims(_convert_all(items, claim_from_obj, "ResourceClaim")),
+    upsert=lambda cache, obj: cache.dra.upsert_claim(claim_from_obj(obj)),
+    delete=lambda cache, obj: cache.dra.delete_claim(_namespaced_name(obj)),
+)
+
+resource_slice_resource = Resource(
+    name="resourceslices",
+    path=f"{_DRA}/resourceslices",
+    field_selector="",
+    replace=lambda cache, items: cache.dra.replace_slices(_convert_all(items, slice_from_obj, "ResourceSlice")),
+    upsert=lambda cache, obj: cache.dra.upsert_slice(slice_from_obj(obj)),
+    delete=lambda cache, obj: cache.dra.delete_slice(_name(obj)),
+)
+
+DRA_RESOURCES = (device_class_resource, resource_claim_resource, resource_slice_resource)
 
 
 class Reflector:

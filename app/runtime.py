@@ -8,15 +8,16 @@ import gc
 import logging
 from dataclasses import dataclass, field
 
-from app.binding import ApiBinder
+from app.binding import ApiBinder, ApiClaimWriter
 from app.cache import ClusterCache
 from app.config import ExtenderConfiguration
+from app.dynamicresources import ClaimWriter
 from app.kube import KubeClient
 from app.metrics import Metrics
-from app.reflector import Reflector, node_resource, pod_resource
+from app.reflector import DRA_RESOURCES, Reflector, node_resource, pod_resource
 from app.server import ExtenderVerbs, create_app
 from app.service import Binder, ExtenderService
-from app.snapshot import SOURCES, SnapshotBinder, load_snapshot
+from app.snapshot import SOURCES, SnapshotBinder, SnapshotClaimWriter, load_snapshot
 
 __all__ = ["Runtime", "build_cluster_runtime", "build_snapshot_runtime", "readiness"]
 
@@ -71,6 +72,8 @@ class Runtime:
             await asyncio.sleep(EXPIRY_INTERVAL)
             for assumption in self.cache.expire():
                 log.warning("assumption of %s on %s expired unconfirmed", assumption.pod.key, assumption.node)
+            for inflight in self.cache.dra.expire():
+                log.warning("in-flight allocation of %s on %s expired unconfirmed", inflight.pod, inflight.node)
 
 
 def _runtime(
@@ -78,6 +81,7 @@ def _runtime(
     cache: ClusterCache,
     binder: Binder,
     sources: tuple[str, ...],
+    claim_writer: ClaimWriter,
     reflectors: list[Reflector] | None = None,
     client: KubeClient | None = None,
     metrics: Metrics | None = None,
@@ -89,6 +93,7 @@ def _runtime(
         binder,
         metrics,
         readiness=lambda: readiness(cache, sources, config.cache.staleAfterSeconds),
+        claim_writer=claim_writer,
     )
     return Runtime(config, cache, service, metrics, reflectors or [], client)
 
@@ -96,13 +101,14 @@ def _runtime(
 def build_snapshot_runtime(config: ExtenderConfiguration, snapshot: str) -> Runtime:
     cache = ClusterCache(assume_ttl=config.cache.assumeTTLSeconds)
     load_snapshot(snapshot, cache)
-    return _runtime(config, cache, SnapshotBinder(cache), SOURCES)
+    return _runtime(config, cache, SnapshotBinder(cache), SOURCES, SnapshotClaimWriter(cache.dra))
 
 
 def build_cluster_runtime(config: ExtenderConfiguration, kubeconfig: str | None) -> Runtime:
     cache = ClusterCache(assume_ttl=config.cache.assumeTTLSeconds)
     metrics = Metrics()
     client = KubeClient.from_kubeconfig(kubeconfig)
-    reflectors = [Reflector(client, cache, resource, metrics) for resource in (node_resource, pod_resource)]
+    resources = (node_resource, pod_resource, *(DRA_RESOURCES if config.dra.enabled else ()))
+    reflectors = [Reflector(client, cache, resource, metrics) for resource in resources]
     names = tuple(r.resource.name for r in reflectors)
-    return _runtime(config, cache, ApiBinder(client), names, reflectors, client, metrics)
+    return _runtime(config, cache, ApiBinder(client), names, ApiClaimWriter(client), reflectors, client, metrics)

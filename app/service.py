@@ -18,9 +18,11 @@ from typing import Any, Protocol
 import msgspec
 import numpy as np
 
+from allocator import AllocationError
 from app import wire
 from app.cache import ClusterCache
 from app.config import ExtenderConfiguration
+from app.dynamicresources import ClaimWriteError, ClaimWriter, DynamicResources, PodClaims, Reservation
 from app.metrics import Metrics
 from app.objects import ObjectError, pod_from_obj
 from scoring.framework import Code, NodeInfo, PodInfo, Status
@@ -79,10 +81,15 @@ class ExtenderService:
         *,
         readiness: Callable[[], tuple[bool, str]] | None = None,
         wall_clock: Callable[[], float] = time.time,
+        claim_writer: ClaimWriter | None = None,
     ) -> None:
         self.config = config
         self.cache = cache
         self.binder = binder
+        self.claim_writer = claim_writer
+        # Pods with ResourceClaims are ours to allocate only when DRA is on and claims can be written.
+        self.dra = DynamicResources(cache.dra) if config.dra.enabled and claim_writer is not None else None
+        cache.dra.proposal_ttl = config.dra.proposalTTLSeconds
         self.metrics = metrics or Metrics()
         self.profile = config.build_profile()
         self.fit = ManagedResourcesFit(config.managed_resource_names)
@@ -198,6 +205,12 @@ class ExtenderService:
             return candidates.result(candidates.names)
         candidates, verdicts = self._filter_verdicts(pod, args)
         names = candidates.names
+        if self.dra is not None and (pod.claims or pod.claims_pending):
+            try:
+                self._filter_claims(pod, names, verdicts)
+            except AllocationError as exc:
+                self._record("filter", pod.key, "error", error=str(exc))
+                return wire.filter_result(error=f"cannot allocate the claims of pod {pod.key}: {exc}")
         passed = verdicts.passed(names)
         if verdicts.rows is not None:  # prioritize will ask about exactly these
             self.cache.table.remember(passed, verdicts.rows[verdicts.codes == 0])
@@ -208,6 +221,19 @@ class ExtenderService:
             self.metrics.filter_failures.labels(reason).inc(count)
         self._record("filter", pod.key, "ok", passed=len(passed), failed=reasons)
         return candidates.result(passed, failed, unresolvable)
+
+    def _filter_claims(self, pod: PodInfo, names: list[str], verdicts: BatchVerdicts) -> None:
+        """DynamicResources on the nodes that passed so far (it is the most expensive check)."""
+        assert self.dra is not None
+        positions = np.flatnonzero(verdicts.codes == 0).tolist()
+        claims = self.dra.prefilter(pod)
+        if isinstance(claims, Status):
+            for position in positions:
+                verdicts.set(position, claims)
+            return
+        by_name = {names[position]: position for position in positions}
+        for name, status in self.dra.filter_nodes(pod, claims, list(by_name)).items():
+            verdicts.set(by_name[name], status)
 
     # ------------------------------------------------------------------ prioritize
     def prioritize(self, body: bytes, plugin: str | None = None) -> list[dict[str, Any]] | msgspec.Raw:
@@ -307,6 +333,26 @@ class ExtenderService:
         status = self.cache.assume(pod, args.node, check=lambda node: self.fit.filter(pod, node))
         if status is not None:
             return self._bind_failed(key, "no-fit", f"node {args.node} no longer fits pod {key}: {status.reason}")
+        # Reserve: the devices are in flight before the first await, like the assumption above.
+        reservation: Reservation | None = None
+        if self.dra is not None and (pod.claims or pod.claims_pending):
+            try:
+                chosen = self.dra.reserve(pod, args.node)
+            except AllocationError as exc:
+                chosen = Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, str(exc))
+            if isinstance(chosen, Status):
+                self.cache.forget(args.pod_uid)
+                return self._bind_failed(
+                    key, "no-fit", f"node {args.node} cannot take the claims of pod {key}: {chosen.reason}"
+                )
+            reservation = chosen
+            try:
+                assert self.claim_writer is not None
+                await self.dra.prebind(pod, reservation, self.claim_writer)
+            except ClaimWriteError as exc:
+                if exc.definite:
+                    self.cache.forget(args.pod_uid)
+                return self._bind_failed(key, "claim-write", f"writing the claims of pod {key} failed: {exc}")
         try:
             await self.binder.bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node)
         except BindError as exc:
@@ -315,6 +361,9 @@ class ExtenderService:
                 return {"Error": ""}
             if exc.definite:
                 self.cache.forget(args.pod_uid)  # the API refused: release what we assumed
+                if reservation is not None and not reservation.empty:
+                    assert self.dra is not None and self.claim_writer is not None
+                    await self.dra.unreserve(pod, self.dra.written(reservation), self.claim_writer)
             return self._bind_failed(key, exc.kind, f"binding pod {key} to node {args.node} failed: {exc}")
         self._record("bind", key, "bound", node=args.node)
         return {"Error": ""}
@@ -330,6 +379,9 @@ class ExtenderService:
         """Per node: the filter verdict, each plugin's raw 0..100 score, and the final 0..10 score."""
         args = wire.decode_extender_args(body)
         pod = self._pod(args.pod_raw)
+        claims: PodClaims | Status | None = None
+        if self.dra is not None and (pod.claims or pod.claims_pending):
+            claims = self.dra.prefilter(pod)
         nodes = []
         for verdict in self._verdicts(pod, args):
             entry: dict[str, Any] = {
@@ -355,6 +407,10 @@ class ExtenderService:
                         for r in self.fit.resources
                     },
                 )
+            if isinstance(claims, Status):
+                entry["dra"] = {"passed": False, "reason": claims.reason}
+            elif claims is not None and self.dra is not None:
+                entry["dra"] = self.dra.explain(pod, claims, verdict.name)
             nodes.append(entry)
         return {"pod": pod.key, "notReady": self.not_ready_reason(), "nodes": nodes}
 

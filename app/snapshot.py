@@ -1,7 +1,8 @@
 """Snapshot mode: fill the cache from a file instead of the API server.
 
-Accepts what people actually have at hand: a ``kubectl get nodes,pods -o yaml`` List, multi-document
-YAML, or JSON (a List, a single object, or an array). Binds are recorded in memory.
+Accepts what people actually have at hand: a ``kubectl get nodes,pods,deviceclasses,resourceclaims,
+resourceslices -A -o yaml`` List, multi-document YAML, or JSON (a List, a single object, or an
+array). Binds and claim writes are recorded in memory.
 """
 
 from __future__ import annotations
@@ -14,13 +15,25 @@ from typing import Any
 
 import yaml
 
+from allocator import AllocationResult, ResourceClaim, ResourceClaimConsumer
 from app.cache import ClusterCache
-from app.objects import ObjectError, node_from_obj, pod_from_obj
+from app.dra import DraState
+from app.dynamicresources import ClaimWriteError
+from app.objects import (
+    ObjectError,
+    claim_from_obj,
+    device_class_from_obj,
+    node_from_obj,
+    pod_from_obj,
+    slice_from_obj,
+)
 from app.service import BindError
+from scoring.framework import PodInfo
 
-__all__ = ["SnapshotBinder", "SnapshotError", "load_snapshot", "read_objects"]
+__all__ = ["SnapshotBinder", "SnapshotClaimWriter", "SnapshotError", "load_snapshot", "read_objects"]
 
-SOURCES = ("nodes", "pods")
+SOURCES = ("nodes", "pods", "deviceclasses", "resourceclaims", "resourceslices")
+FINALIZER = "resource.kubernetes.io/delete-protection"
 
 
 class SnapshotError(ValueError):
@@ -64,25 +77,41 @@ def read_objects(path: str | Path) -> list[dict[str, Any]]:
 
 def load_snapshot(path: str | Path, cache: ClusterCache) -> dict[str, int]:
     """Fill ``cache``; unknown kinds are counted and skipped, bad objects are an error naming them."""
-    nodes, pods, skipped = [], [], 0
+    converters = {
+        "Node": node_from_obj,
+        "Pod": pod_from_obj,
+        "DeviceClass": device_class_from_obj,
+        "ResourceClaim": claim_from_obj,
+        "ResourceSlice": slice_from_obj,
+    }
+    found: dict[str, list[Any]] = {kind: [] for kind in converters}
+    skipped = 0
     for obj in read_objects(path):
-        kind = obj.get("kind")
+        convert = converters.get(obj.get("kind", ""))
+        if convert is None:
+            skipped += 1
+            continue
         try:
-            if kind == "Node":
-                nodes.append(node_from_obj(obj))
-            elif kind == "Pod":
-                pods.append(pod_from_obj(obj))
-            else:
-                skipped += 1
+            found[obj["kind"]].append(convert(obj))
         except ObjectError as exc:
             raise SnapshotError(f"{path}: {exc}") from None
-    cache.replace_nodes(nodes)
-    cache.replace_pods(pods)
+    cache.replace_nodes(found["Node"])
+    cache.replace_pods(found["Pod"])
+    cache.dra.replace_classes(found["DeviceClass"])
+    cache.dra.replace_claims(found["ResourceClaim"])
+    cache.dra.replace_slices(found["ResourceSlice"])
     for source in SOURCES:
         state = cache.source(source)
         state.synced = state.connected = True
         state.last_sync_at = cache.clock()
-    return {"nodes": len(nodes), "pods": len(pods), "skipped": skipped}
+    return {
+        "nodes": len(found["Node"]),
+        "pods": len(found["Pod"]),
+        "deviceClasses": len(found["DeviceClass"]),
+        "resourceClaims": len(found["ResourceClaim"]),
+        "resourceSlices": len(found["ResourceSlice"]),
+        "skipped": skipped,
+    }
 
 
 class SnapshotBinder:
@@ -99,3 +128,61 @@ class SnapshotBinder:
             raise BindError(f"pod {namespace}/{name} not found", kind="not-found")
         self.cache.upsert_pod(replace(pod, node_name=node))
         self.bindings.append((f"{namespace}/{name}", uid, node))
+
+
+class SnapshotClaimWriter:
+    """PreBind's claim writes, applied to the in-memory claims as the API server would apply them."""
+
+    def __init__(self, dra: DraState) -> None:
+        self.dra = dra
+        self.writes: list[tuple[str, str]] = []  # (claim key, what), for tests and /debug
+
+    def _current(self, claim: ResourceClaim) -> ResourceClaim:
+        current = self.dra.claims.get(claim.key)
+        if current is None or current.uid != claim.uid:
+            raise ClaimWriteError(f"resourceclaim {claim.key} no longer exists")
+        return current
+
+    def _store(self, claim: ResourceClaim, what: str, **changes: Any) -> ResourceClaim:
+        version = int(claim.resource_version) + 1 if claim.resource_version.isdigit() else 1
+        stored = replace(claim, resource_version=str(version), **changes)
+        self.writes.append((claim.key, what))
+        return stored
+
+    async def allocate(self, claim: ResourceClaim, allocation: AllocationResult, pod: PodInfo) -> ResourceClaim:
+        current = self._current(claim)
+        if current.allocation is not None and current.allocation != allocation:
+            raise ClaimWriteError(f"resourceclaim {claim.key} was allocated meanwhile by someone else")
+        if FINALIZER not in current.finalizers:
+            current = self._store(current, "finalizer", finalizers=(*current.finalizers, FINALIZER))
+        reserved = current.reserved_for
+        if all(r.uid != pod.uid for r in reserved):
+            reserved = (*reserved, ResourceClaimConsumer("pods", pod.name, pod.uid))
+        return self._store(current, "status", allocation=allocation, reserved_for=reserved)
+
+    async def reserve(self, claim: ResourceClaim, pod: PodInfo) -> ResourceClaim:
+        current = self._current(claim)
+        if current.allocation is None:
+            raise ClaimWriteError(f"resourceclaim {claim.key} was deallocated meanwhile")
+        if any(r.uid == pod.uid for r in current.reserved_for):
+            return current
+        consumer = ResourceClaimConsumer("pods", pod.name, pod.uid)
+        return self._store(current, "status", reserved_for=(*current.reserved_for, consumer))
+
+    async def release(
+        self, claim: ResourceClaim, pod: PodInfo, allocation: AllocationResult | None
+    ) -> ResourceClaim | None:
+        current = self.dra.claims.get(claim.key)
+        if current is None or current.uid != claim.uid:
+            return None
+        remaining = tuple(r for r in current.reserved_for if r.uid != pod.uid)
+        deallocate = allocation is not None and not remaining and current.allocation == allocation
+        if remaining != current.reserved_for or deallocate:
+            current = self._store(
+                current, "status", reserved_for=remaining, allocation=None if deallocate else current.allocation
+            )
+        if deallocate and FINALIZER in current.finalizers:
+            current = self._store(
+                current, "finalizer", finalizers=tuple(f for f in current.finalizers if f != FINALIZER)
+            )
+        return current

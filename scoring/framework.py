@@ -23,6 +23,7 @@ __all__ = [
     "Code",
     "FilterPlugin",
     "NodeInfo",
+    "PodClaimRef",
     "PodInfo",
     "ScorePlugin",
     "Status",
@@ -38,6 +39,19 @@ MAX_EXTENDER_PRIORITY = 10  # extenderv1.MaxExtenderPriority
 
 
 @dataclass(frozen=True, slots=True)
+class PodClaimRef:
+    """One entry of ``pod.spec.resourceClaims``, resolved to the ResourceClaim it names.
+
+    ``claim`` is the ResourceClaim's name: given directly, or generated from a template and read
+    from ``pod.status.resourceClaimStatuses``. A generated claim must be owned by the pod.
+    """
+
+    name: str
+    claim: str
+    generated: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class PodInfo:
     """One pod as the scheduler sees it: identity, placement and aggregated requests."""
 
@@ -48,6 +62,10 @@ class PodInfo:
     node_name: str = ""
     priority: int = 0
     terminal: bool = False
+    # DRA: the pod's ResourceClaims in pod order, and why it cannot be scheduled yet when a
+    # template's claim has not been created (the scheduler's PreEnqueue would hold it back).
+    claims: tuple[PodClaimRef, ...] = ()
+    claims_pending: str = ""
 
     @property
     def key(self) -> str:

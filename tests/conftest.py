@@ -14,10 +14,10 @@ from fastapi.testclient import TestClient
 from app.cache import ClusterCache
 from app.config import ExtenderConfiguration, parse_config
 from app.metrics import Metrics
-from app.objects import node_from_obj, pod_from_obj
+from app.objects import claim_from_obj, device_class_from_obj, node_from_obj, pod_from_obj, slice_from_obj
 from app.server import create_app
 from app.service import ExtenderService
-from app.snapshot import SOURCES, SnapshotBinder
+from app.snapshot import SOURCES, SnapshotBinder, SnapshotClaimWriter
 
 WIRE_FIXTURES = Path(__file__).parent / "fixtures" / "kube-scheduler-wire"
 
@@ -76,13 +76,17 @@ def make_service(
     config: ExtenderConfiguration | dict[str, Any] | None = None,
     *,
     synced: bool = True,
+    dra: list[dict[str, Any]] = (),  # type: ignore[assignment]
 ) -> ExtenderService:
-    """A service over a snapshot-style cache (binds recorded in memory)."""
+    """A service over a snapshot-style cache (binds and claim writes recorded in memory)."""
     if not isinstance(config, ExtenderConfiguration):
         config = parse_config(config or {})
     cache = ClusterCache(assume_ttl=config.cache.assumeTTLSeconds)
     cache.replace_nodes(node_from_obj(n) for n in nodes)
     cache.replace_pods(pod_from_obj(p) for p in pods)
+    cache.dra.replace_classes(device_class_from_obj(o) for o in dra if o["kind"] == "DeviceClass")
+    cache.dra.replace_claims(claim_from_obj(o) for o in dra if o["kind"] == "ResourceClaim")
+    cache.dra.replace_slices(slice_from_obj(o) for o in dra if o["kind"] == "ResourceSlice")
     if synced:
         for source in SOURCES:
             cache.source(source).synced = True
@@ -91,7 +95,14 @@ def make_service(
         missing = [s for s in SOURCES if not cache.source(s).synced]
         return (not missing, f"{', '.join(missing)} not synced yet" if missing else "")
 
-    return ExtenderService(config, cache, SnapshotBinder(cache), Metrics(), readiness=readiness)
+    return ExtenderService(
+        config,
+        cache,
+        SnapshotBinder(cache),
+        Metrics(),
+        readiness=readiness,
+        claim_writer=SnapshotClaimWriter(cache.dra),
+    )
 
 
 @pytest.fixture
@@ -108,3 +119,82 @@ def client_for() -> Iterator[Any]:
     yield build
     for client in clients:
         client.__exit__(None, None, None)
+
+
+# ---------------------------------------------------------------------------- DRA (resource.k8s.io/v1)
+DRIVER = "gpu.example.com"
+
+
+def device_class_obj(name: str = DRIVER, expression: str | None = None) -> dict[str, Any]:
+    selector = expression or f'device.driver == "{DRIVER}"'
+    return {
+        "kind": "DeviceClass",
+        "metadata": {"name": name},
+        "spec": {"selectors": [{"cel": {"expression": selector}}]},
+    }
+
+
+def gpu_device(name: str, memory: str = "40Gi", **attributes: Any) -> dict[str, Any]:
+    attrs = {"model": {"string": "H100"}, **{k: {"string": v} for k, v in attributes.items()}}
+    return {"name": name, "attributes": attrs, "capacity": {"memory": {"value": memory}}}
+
+
+def slice_obj(
+    name: str,
+    devices: list[dict[str, Any]],
+    *,
+    node: str | None = None,
+    pool: str | None = None,
+    priority: int | None = None,
+    pool_priority: int | None = None,
+    node_selector: dict[str, Any] | None = None,
+    slice_count: int = 1,
+) -> dict[str, Any]:
+    """A ResourceSlice; priorities as the annotations a real API server keeps (KEP-5773 fields are dropped)."""
+    annotations = {}
+    if priority is not None:
+        annotations["dra.kube-gpu-extender.io/priority"] = str(priority)
+    if pool_priority is not None:
+        annotations["dra.kube-gpu-extender.io/pool-priority"] = str(pool_priority)
+    spec: dict[str, Any] = {
+        "driver": DRIVER,
+        "pool": {"name": pool or node or name, "generation": 1, "resourceSliceCount": slice_count},
+        "devices": devices,
+    }
+    if node:
+        spec["nodeName"] = node
+    elif node_selector:
+        spec["nodeSelector"] = node_selector
+    else:
+        spec["allNodes"] = True
+    return {"kind": "ResourceSlice", "metadata": {"name": name, "annotations": annotations}, "spec": spec}
+
+
+def claim_obj(
+    name: str,
+    *,
+    namespace: str = "default",
+    count: int = 1,
+    device_class: str = DRIVER,
+    selector: str | None = None,
+    uid: str | None = None,
+) -> dict[str, Any]:
+    exactly: dict[str, Any] = {"deviceClassName": device_class, "allocationMode": "ExactCount", "count": count}
+    if selector:
+        exactly["selectors"] = [{"cel": {"expression": selector}}]
+    return {
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace, "uid": uid or str(uuid.uuid4()), "resourceVersion": "1"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}},
+    }
+
+
+def with_claims(pod: dict[str, Any], *claims: str) -> dict[str, Any]:
+    """``pod`` using ResourceClaims by name (one pod claim per ResourceClaim, all for the first container)."""
+    pod["spec"]["resourceClaims"] = [{"name": f"c{i}", "resourceClaimName": claim} for i, claim in enumerate(claims)]
+    pod["spec"]["containers"][0]["resources"]["claims"] = [{"name": f"c{i}"} for i in range(len(claims))]
+    return pod
+
+
+def memory_at_least(quantity: str) -> str:
+    return f'device.capacity["{DRIVER}"].memory.compareTo(quantity("{quantity}")) >= 0'

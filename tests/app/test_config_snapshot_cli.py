@@ -15,6 +15,7 @@ import httpx
 import pytest
 import yaml
 
+from allocator import DeviceID
 from app.cache import ClusterCache
 from app.cli import main
 from app.config import ConfigError, load_config, parse_config
@@ -101,7 +102,8 @@ def test_snapshot_formats(tmp_path: Path) -> None:
     for path, nodes in ((kubectl_list, 1), (multi, 1), (as_json, 0)):
         cache = ClusterCache()
         counts = load_snapshot(path, cache)
-        assert counts == {"nodes": nodes, "pods": 1, "skipped": 0}
+        dra = {"deviceClasses": 0, "resourceClaims": 0, "resourceSlices": 0}
+        assert counts == {"nodes": nodes, "pods": 1, "skipped": 0, **dra}
         assert cache.usage("g1").requested["nvidia.com/gpu"] == 1
 
 
@@ -121,9 +123,12 @@ def test_bad_snapshots(tmp_path: Path) -> None:
 def test_example_cluster_loads() -> None:
     cache = ClusterCache()
     counts = load_snapshot(ROOT / "examples" / "cluster.yaml", cache)
-    assert counts["nodes"] == 8
+    assert counts["nodes"] == 10  # 8 device-plugin nodes and 2 with DRA GPUs
+    assert counts["deviceClasses"] == 1 and counts["resourceSlices"] == 5 and counts["resourceClaims"] == 3
     assert cache.usage("dgx-a100-1").requested["nvidia.com/gpu"] == 6
     assert "nvidia.com/gpu" not in cache.usage("l4-3").requested
+    # notebook-0's claim is allocated in the snapshot: its GPU is held.
+    assert cache.dra.holder(DeviceID("gpu.example.com", "dra-1", "gpu-0")) == "claim ml-train/notebook-0-gpu"
     cache.check_invariants()
 
 
@@ -167,10 +172,16 @@ def test_serve_on_the_bundled_example() -> None:
             answer = client.post("/filter", content=body).json()
             assert answer["Error"] == ""
             assert answer["NodeNames"] == ["dgx-a100-1", "dgx-a100-2", "l4-1", "l4-2", "l4-3"]
-            assert set(answer["FailedAndUnresolvableNodes"]) == {"cpu-1", "cpu-2", "cpu-3"}
+            assert set(answer["FailedAndUnresolvableNodes"]) == {"cpu-1", "cpu-2", "cpu-3", "dra-1", "dra-2"}
             scores = client.post("/prioritize", content=body).json()
-            assert len(scores) == 8 and all(type(s["Score"]) is int for s in scores)
+            assert len(scores) == 10 and all(type(s["Score"]) is int for s in scores)
             bind = (ROOT / "examples" / "requests" / "bind-gpu-pod.json").read_bytes()
+            assert client.post("/bind", content=bind).json() == {"Error": ""}
+            # The DRA pod: only the two nodes publishing GPUs can allocate its claim.
+            dra = (ROOT / "examples" / "requests" / "dra-pod.json").read_bytes()
+            answer = client.post("/filter", content=dra).json()
+            assert answer["Error"] == "" and answer["NodeNames"] == ["dra-1", "dra-2"]
+            bind = (ROOT / "examples" / "requests" / "bind-dra-pod.json").read_bytes()
             assert client.post("/bind", content=bind).json() == {"Error": ""}
     finally:
         process.send_signal(signal.SIGTERM)

@@ -1,7 +1,9 @@
 """Replay every request a real kube-scheduler 1.36 sent (tests/fixtures/kube-scheduler-wire) through
 the HTTP app, phase by phase in the captured order, and check shape and semantics of each answer.
 
-The cluster is the capture's: n1, n2 (4 CPU, 16Gi, 4 nvidia.com/gpu), n3 and n4 (8 CPU, no GPUs).
+The cluster is the capture's: n1, n2 (4 CPU, 16Gi, 4 nvidia.com/gpu), n3 and n4 (8 CPU, no GPUs);
+n3 publishes a ResourceSlice (pool n3: gpu-0, gpu-1) of driver gpu.example.com, selected by the
+DeviceClass of the same name, and ResourceClaim default/gpu-claim-a asks for one such device.
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ from typing import Any
 
 import pytest
 
+from allocator import allocation_to_obj
 from app.objects import node_from_obj
-from tests.conftest import WIRE_FIXTURES, make_service
+from tests.conftest import WIRE_FIXTURES, device_class_obj, make_service, slice_obj
 
 INDEX = json.loads((WIRE_FIXTURES / "index.json").read_text())
 PHASES: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -37,13 +40,32 @@ def _captured_nodes() -> list[dict[str, Any]]:
     return list(nodes.values())
 
 
+def _captured_claim(phase: str) -> dict[str, Any]:
+    """The claim as the scheduler wrote it in that phase (after its bind)."""
+    return json.loads((WIRE_FIXTURES / f"resourceclaim-dra-claim-{phase}.json").read_bytes())
+
+
+def _captured_dra(phase: str) -> list[dict[str, Any]]:
+    """The DRA objects of the capture, with the claim as it was before anyone allocated it."""
+    objects = [
+        device_class_obj("gpu.example.com"),
+        slice_obj("n3-gpu.example.com", [{"name": "gpu-0"}, {"name": "gpu-1"}], node="n3", pool="n3"),
+    ]
+    if (WIRE_FIXTURES / f"resourceclaim-dra-claim-{phase}.json").exists():
+        claim = _captured_claim(phase)
+        claim["metadata"].pop("finalizers")
+        claim.pop("status")
+        objects.append(claim)
+    return objects
+
+
 def _expected_filter(entry: dict[str, Any]) -> tuple[set[str], dict[str, str], dict[str, str]]:
     """Our verdicts: GPU pods fit n1/n2; n4 advertises no nvidia.com/gpu (it serves GPUs through a
     DRA DeviceClass with extendedResourceName, which the DRA issue adds), so a GPU pod is refused there."""
     candidates = set(entry["candidateNodes"])
     if entry["pod"] == "draext-a":
         return set(), {}, {"n4": "Insufficient nvidia.com/gpu"}
-    return candidates, {}, {}
+    return candidates, {}, {}  # dra-a: its claim can be allocated on n3, the only candidate
 
 
 def test_every_fixture_is_replayed() -> None:
@@ -61,7 +83,7 @@ def test_captured_cluster() -> None:
 
 @pytest.mark.parametrize("phase", sorted(PHASES))
 def test_replay_phase(phase: str, client_for: Any) -> None:
-    service = make_service(_captured_nodes())
+    service = make_service(_captured_nodes(), dra=_captured_dra(phase))
     client = client_for(service)
     cache_mode = phase.endswith("nodecache-true")
     for entry in PHASES[phase]:
@@ -85,6 +107,8 @@ def test_replay_phase(phase: str, client_for: Any) -> None:
                 assert answer == {"Error": ""}, entry["file"]
                 uid = sent["PodUID"]
                 assert service.cache.pods[uid].node_name == entry["bindNode"]
+                if entry["pod"] == "dra-a":
+                    _check_claim_like_the_scheduler(service, phase)
         elif verb == "preempt":
             _check_preempt(entry, sent, answer, cache_mode)
             # The capture force-deleted the victim on the node the preemptor then went to.
@@ -114,6 +138,20 @@ def _check_filter(entry: dict[str, Any], sent: dict[str, Any], answer: dict[str,
     assert everyone == set(entry["candidateNodes"]), "every candidate gets exactly one verdict"
     assert len(passed) + len(failed) + len(unresolvable) == len(everyone)
     assert (set(passed), failed, unresolvable) == _expected_filter(entry), entry["file"]
+
+
+def _check_claim_like_the_scheduler(service: Any, phase: str) -> None:
+    """We write the claim as kube-scheduler's DynamicResources plugin did (minus its timestamp)."""
+    captured = _captured_claim(phase)
+    claim = service.cache.dra.claims["default/gpu-claim-a"]
+    assert claim.allocation is not None
+    ours = allocation_to_obj(claim.allocation)
+    theirs = captured["status"]["allocation"]
+    theirs.pop("allocationTimestamp")
+    assert ours == theirs
+    reserved = [{"name": r.name, "resource": r.resource, "uid": r.uid} for r in claim.reserved_for]
+    assert reserved == captured["status"]["reservedFor"]
+    assert list(claim.finalizers) == captured["metadata"]["finalizers"]
 
 
 def _check_preempt(entry: dict[str, Any], sent: dict[str, Any], answer: dict[str, Any], cache_mode: bool) -> None:

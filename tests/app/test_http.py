@@ -159,7 +159,8 @@ def test_not_ready_fails_closed_by_default(client_for: Any) -> None:
     client = client_for(make_service([node_obj("g1")], synced=False))
     assert client.get("/readyz").status_code == 503
     answer = client.post("/filter", content=filter_body(pod_obj("p", gpus=1), ["g1"])).json()
-    assert answer["Error"] == "GPU extender not ready: nodes, pods not synced yet"
+    missing = "nodes, pods, deviceclasses, resourceclaims, resourceslices"
+    assert answer["Error"] == f"GPU extender not ready: {missing} not synced yet"
     assert client.post("/prioritize", content=filter_body(pod_obj("p", gpus=1), ["g1"])).json() == []
 
 

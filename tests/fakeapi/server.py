@@ -51,9 +51,23 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 Obj = dict[str, Any]
 Key = tuple[str, str, str]  # (kind, namespace, name); namespace is "" for Nodes
 
-LIST_KINDS = {"Node": "NodeList", "Pod": "PodList"}
-NAMESPACED = {"Node": False, "Pod": True}
-RESOURCES = {"Node": "nodes", "Pod": "pods"}
+LIST_KINDS = {
+    "Node": "NodeList",
+    "Pod": "PodList",
+    "DeviceClass": "DeviceClassList",
+    "ResourceClaim": "ResourceClaimList",
+    "ResourceSlice": "ResourceSliceList",
+}
+NAMESPACED = {"Node": False, "Pod": True, "DeviceClass": False, "ResourceClaim": True, "ResourceSlice": False}
+RESOURCES = {
+    "Node": "nodes",
+    "Pod": "pods",
+    "DeviceClass": "deviceclasses",
+    "ResourceClaim": "resourceclaims",
+    "ResourceSlice": "resourceslices",
+}
+API_VERSIONS = {kind: "v1" if kind in ("Node", "Pod") else "resource.k8s.io/v1" for kind in LIST_KINDS}
+DRA = "/apis/resource.k8s.io/v1"
 # Field labels the real server accepts for these kinds (others answer 400).
 FIELD_LABELS = {
     "Node": {"metadata.name", "spec.unschedulable"},
@@ -69,6 +83,9 @@ FIELD_LABELS = {
         "status.podIP",
         "status.nominatedNodeName",
     },
+    "DeviceClass": {"metadata.name"},
+    "ResourceClaim": {"metadata.name", "metadata.namespace"},
+    "ResourceSlice": {"metadata.name", "spec.nodeName", "spec.driver"},
 }
 BOOL_FIELDS = {"spec.unschedulable", "spec.hostNetwork"}
 REASONS = {
@@ -311,6 +328,7 @@ class FakeAPIServer:
         self.url = ""
         self.requests: list[tuple[str, str]] = []
         self.bindings: list[Obj] = []
+        self.updates: list[tuple[str, str, str]] = []  # (kind, namespace/name, "object" | "status"), in order
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._objects: dict[Key, Obj] = {}
@@ -480,9 +498,9 @@ class FakeAPIServer:
     def _normalise(self, obj: Obj) -> Obj:
         kind = obj.get("kind")
         if kind not in LIST_KINDS:
-            raise ValueError(f"unsupported kind {kind!r}; expected Node or Pod")
+            raise ValueError(f"unsupported kind {kind!r}; expected one of {sorted(LIST_KINDS)}")
         new = copy.deepcopy(obj)
-        new["apiVersion"] = "v1"
+        new["apiVersion"] = API_VERSIONS[kind]
         meta = new.setdefault("metadata", {})
         if not meta.get("name"):
             raise ValueError("metadata.name is required")
@@ -578,7 +596,33 @@ class FakeAPIServer:
         async def server_error(request: Request, exc: Exception) -> Response:
             return json_response(status_body(500, f"internal error: {exc!r}"), 500)
 
+        def collection(kind: str) -> Any:
+            async def handle(request: Request) -> Response | WatchStream:
+                return self._collection(request, kind, request.path_params.get("namespace"))
+
+            return handle
+
+        async def claim(request: Request) -> Response:
+            name, namespace = request.path_params["name"], request.path_params["namespace"]
+            if request.method == "PUT":
+                return await self._put(request, "ResourceClaim", name, namespace, status=False)
+            return self._get_one("ResourceClaim", name, namespace)
+
+        async def claim_status(request: Request) -> Response:
+            name, namespace = request.path_params["name"], request.path_params["namespace"]
+            if request.method == "PUT":
+                return await self._put(request, "ResourceClaim", name, namespace, status=True)
+            return self._get_one("ResourceClaim", name, namespace)
+
         routes = [
+            Route(f"{DRA}/deviceclasses", collection("DeviceClass")),
+            Route(f"{DRA}/resourceslices", collection("ResourceSlice")),
+            Route(f"{DRA}/resourceclaims", collection("ResourceClaim")),
+            Route(f"{DRA}/namespaces/{{namespace}}/resourceclaims", collection("ResourceClaim")),
+            Route(f"{DRA}/namespaces/{{namespace}}/resourceclaims/{{name}}", claim, methods=["GET", "PUT"]),
+            Route(
+                f"{DRA}/namespaces/{{namespace}}/resourceclaims/{{name}}/status", claim_status, methods=["GET", "PUT"]
+            ),
             Route("/api/v1/nodes", nodes),
             Route("/api/v1/nodes/{name}", node),
             Route("/api/v1/pods", all_pods),
@@ -637,7 +681,9 @@ class FakeAPIServer:
                 self._snapshots[snapshot_id] = (snap_rv, items)
                 meta["continue"] = encode_continue(snapshot_id, end)
                 meta["remainingItemCount"] = len(items) - end
-        return json_response({"kind": LIST_KINDS[kind], "apiVersion": "v1", "metadata": meta, "items": page})
+        return json_response(
+            {"kind": LIST_KINDS[kind], "apiVersion": API_VERSIONS[kind], "metadata": meta, "items": page}
+        )
 
     def _watch(self, kind: str, namespace: str | None, selector: list[Requirement], request: Request) -> WatchStream:
         query = request.query_params
@@ -670,6 +716,53 @@ class FakeAPIServer:
             self._watchers.append(watcher)
             self._cond.notify_all()
         return WatchStream(self, watcher, initial, timeout)
+
+    async def _put(self, request: Request, kind: str, name: str, namespace: str, *, status: bool) -> Response:
+        """Update with the real server's optimistic concurrency: the body's resourceVersion must be current.
+
+        The main resource ignores ``status`` changes and the status subresource ignores everything
+        but ``status`` (and metadata it never takes from a status write), as the API server does.
+        """
+        try:
+            body = json.loads(await request.body())
+        except ValueError:
+            raise APIError(400, "request body is not valid JSON") from None
+        if not isinstance(body, dict):
+            raise APIError(400, "request body must be an object")
+        meta = body.get("metadata") or {}
+        if meta.get("name") not in (None, name):
+            raise APIError(400, "the name of the object does not match the name on the URL")
+        key = self._key(kind, name, namespace)
+        with self._lock:
+            old = self._objects.get(key)
+            resource = RESOURCES[kind]
+            if old is None:
+                raise APIError(404, f'{resource} "{name}" not found', details={"name": name, "kind": resource})
+            if meta.get("uid") not in (None, old["metadata"].get("uid")):
+                raise APIError(409, f"Precondition failed: UID in precondition: {meta.get('uid')}")
+            if str(meta.get("resourceVersion", "")) != old["metadata"]["resourceVersion"]:
+                message = (
+                    f'Operation cannot be fulfilled on {resource}.resource.k8s.io "{name}": the object has been '
+                    "modified; please apply your changes to the latest version and try again"
+                )
+                raise APIError(409, message, details={"name": name, "kind": resource})
+            new = copy.deepcopy(old)
+            if status:
+                new["status"] = copy.deepcopy(body.get("status") or {})
+            else:
+                new["metadata"]["finalizers"] = copy.deepcopy(meta.get("finalizers") or [])
+                if not new["metadata"]["finalizers"]:
+                    del new["metadata"]["finalizers"]
+                new["spec"] = copy.deepcopy(body.get("spec", old.get("spec")))
+            self._rv += 1
+            new["metadata"]["resourceVersion"] = str(self._rv)
+            if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
+                self._commit(key, old, None)  # the last finalizer of a deleted object is gone
+                self.updates.append((kind, f"{namespace}/{name}", "status" if status else "object"))
+                return json_response(new)
+            self._commit(key, old, new)
+            self.updates.append((kind, f"{namespace}/{name}", "status" if status else "object"))
+        return json_response(new)
 
     async def _bind(self, request: Request) -> Response:
         namespace, name = request.path_params["namespace"], request.path_params["name"]

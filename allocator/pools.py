@@ -1,0 +1,440 @@
+"""Resource pools per node: gathering, validation and KEP-5773 ordering, memoised at cache-update time.
+
+Upstream's ``GatherPools`` runs inside every ``Allocate`` call. Here ``SliceIndex`` keeps every
+ResourceSlice and memoises each node's ``NodePools`` until a slice that can matter to that node
+changes, so a filter over 1,000 nodes does no gathering, validation or sorting at all.
+
+Gathering, for one node (upstream semantics):
+
+1. relevant slices: ``nodeName`` is the node, ``allNodes``, a matching ``nodeSelector``, a
+   ``perDeviceNodeSelection`` slice with at least one device for the node, and every slice with
+   ``sharedCounters``; anything else is a future extension and skipped;
+2. per (driver, pool) keep the relevant slices of the highest generation seen;
+3. complete if their number is the pool's ``resourceSliceCount``; otherwise all slices of the pool
+   are scanned: a higher generation elsewhere makes the pool *obsolete* (dropped silently), else it
+   is complete if the slices of its generation add up, and *incomplete* if not;
+4. invalid: duplicate device names, counter-set problems, and (KEP-5773) slices of one generation,
+   including those for other nodes, that disagree on ``pool.priority`` (unset counts as 0).
+
+Order (KEP-5773; reduces to upstream 1.36's name order without priorities): pools by driver, then
+pool priority (higher first), then pools without binding-condition devices first, then name;
+slices in a pool by slice priority (higher first), then name; devices in published order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+from allocator.api import (
+    Device,
+    DeviceID,
+    NodeRef,
+    NodeSelector,
+    NodeSelectorRequirement,
+    NodeSelectorTerm,
+    ResourceSlice,
+)
+from allocator.nodeselector import node_selector_matches
+
+__all__ = ["Candidate", "NodePools", "Pool", "PoolKey", "SliceIndex", "gather_pools"]
+
+PoolKey = tuple[str, str]  # (driver, pool name)
+
+
+def _node_matches(node: NodeRef, name: str | None, all_nodes: bool, selector: NodeSelector | None) -> bool:
+    """upstream NodeMatches: exactly one of name / allNodes / selector decides; none means no."""
+    if name is not None:
+        return node.name == name
+    if all_nodes:
+        return True
+    if selector is not None:
+        return node_selector_matches(selector, node)
+    return False
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Candidate:
+    """One device of one slice as the search sees it, built once per slice and shared by all nodes.
+
+    ``node_local`` and ``selector_term`` are what the device contributes to an allocation's
+    ``nodeSelector``: node-local devices pin the claim to the node; otherwise the single term of
+    the slice's (or the device's) node selector is merged (``selector_error`` if it has several).
+    """
+
+    id: DeviceID
+    device: Device
+    slice: ResourceSlice
+    node_local: bool
+    selector_term: NodeSelectorTerm | None
+    selector_error: str
+
+
+def _candidates(s: ResourceSlice) -> tuple[Candidate, ...]:
+    out = []
+    for device in s.devices:
+        if s.per_device_node_selection:
+            name, selector = device.node_name, device.node_selector
+        else:
+            name, selector = s.node_name, s.node_selector
+        term, error = None, ""
+        local = name is not None or device.binds_to_node
+        if not local and selector is not None:
+            if len(selector.terms) == 1:
+                term = selector.terms[0]
+            elif len(selector.terms) > 1:
+                error = f"unsupported ResourceSlice.NodeSelector with {len(selector.terms)} terms"
+        out.append(Candidate(DeviceID(s.driver, s.pool.name, device.name), device, s, local, term, error))
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Pool:
+    """One resource pool as gathered for a node: only the slices relevant to that node, in order."""
+
+    driver: str
+    name: str
+    generation: int
+    priority: int
+    slices: tuple[ResourceSlice, ...]
+    has_binding_conditions: bool = False
+    incomplete: bool = False
+    invalid: str = ""  # why the pool is invalid ("" if it is not)
+
+    @property
+    def id(self) -> str:
+        return f"{self.driver}/{self.name}"
+
+    @property
+    def usable(self) -> bool:
+        return not self.incomplete and not self.invalid
+
+    @property
+    def problem(self) -> str:
+        if self.incomplete:
+            return "incomplete: not all slices of the current generation are published yet"
+        return f"invalid: {self.invalid}" if self.invalid else ""
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class NodePools:
+    """The pools relevant to one node, immutable and in allocation order.
+
+    ``gathered`` has every pool (usable or not) in order; ``pools`` the usable ones; ``candidates``
+    their devices flattened in search order; ``off_node`` the positions in ``candidates`` of
+    per-device-node-selection devices that are not for this node (skipped after their selectors).
+    """
+
+    node: str
+    gathered: tuple[Pool, ...]
+    pools: tuple[Pool, ...]
+    unusable: tuple[Pool, ...]
+    candidates: tuple[Candidate, ...]
+    off_node: frozenset[int]
+    has_invalid: bool
+    local_selector: NodeSelector  # matchFields metadata.name In [node], shared by node-local results
+
+    def __len__(self) -> int:
+        return len(self.gathered)
+
+
+@dataclass(slots=True)
+class _PoolStats:
+    """Facts about all slices of one pool, whatever node they are for."""
+
+    max_generation: int
+    counts: dict[int, int]
+    priorities: dict[int, set[int]]
+
+
+def _stats(slices: Iterable[ResourceSlice]) -> _PoolStats:
+    counts: dict[int, int] = {}
+    priorities: dict[int, set[int]] = {}
+    top = None
+    for s in slices:
+        gen = s.pool.generation
+        counts[gen] = counts.get(gen, 0) + 1
+        priorities.setdefault(gen, set()).add(s.pool.priority)
+        top = gen if top is None else max(top, gen)
+    return _PoolStats(top if top is not None else 0, counts, priorities)
+
+
+def _validate(slices: tuple[ResourceSlice, ...], generation_slices: Iterable[ResourceSlice], stats: _PoolStats) -> str:
+    """Why a complete pool is invalid, or ""."""
+    names: set[str] = set()
+    for s in slices:
+        for device in s.devices:
+            if device.name in names:
+                return f"duplicate device name {device.name}"
+            names.add(device.name)
+    counter_sets: dict[str, frozenset[str]] = {}
+    for s in slices:
+        for cs in s.shared_counters:
+            if cs.name in counter_sets:
+                return f"duplicate counter set name {cs.name}"
+            counter_sets[cs.name] = frozenset(cs.counters)
+    for s in generation_slices:
+        for device in s.devices:
+            for consumption in device.consumes_counters:
+                known = counter_sets.get(consumption.counter_set)
+                if known is None:
+                    return f"counter set {consumption.counter_set} not found"
+                for counter in consumption.counters:
+                    if counter not in known:
+                        return f"counter {counter} not found in counter set {consumption.counter_set}"
+    generation = slices[0].pool.generation
+    seen = stats.priorities.get(generation, set())
+    if len(seen) > 1:
+        values = ", ".join(str(p) for p in sorted(seen))
+        return f"slices of generation {generation} disagree on the pool priority ({values})"
+    return ""
+
+
+def _local_selector(node: str) -> NodeSelector:
+    return NodeSelector((NodeSelectorTerm(match_fields=(NodeSelectorRequirement("metadata.name", "In", (node,)),)),))
+
+
+def gather_pools(
+    node: NodeRef,
+    relevant: Iterable[ResourceSlice],
+    pool_slices: Mapping[PoolKey, Mapping[str, ResourceSlice]],
+    candidates: Mapping[str, tuple[Candidate, ...]],
+) -> tuple[NodePools, tuple[PoolKey, ...]]:
+    """Gather, validate and order the pools of ``relevant`` slices for ``node``.
+
+    ``pool_slices`` has *all* slices of each pool (for completeness, obsolescence and the
+    priority check); ``candidates`` the prebuilt candidates per slice name. Also returns every
+    pool key looked at, obsolete ones included, so the caller knows what to invalidate on.
+    """
+    groups: dict[PoolKey, list[ResourceSlice]] = {}
+    for s in relevant:
+        key = (s.driver, s.pool.name)
+        group = groups.get(key)
+        if group is None or s.pool.generation > group[0].pool.generation:
+            groups[key] = [s]
+        elif s.pool.generation == group[0].pool.generation:
+            group.append(s)
+    gathered: list[Pool] = []
+    for key, group in groups.items():
+        group.sort(key=lambda s: (-s.priority, s.name))
+        first = min(group, key=lambda s: s.name)  # upstream reads "the first slice"; by name is deterministic
+        generation, count = first.pool.generation, first.pool.resource_slice_count
+        members = pool_slices.get(key)
+        all_slices = list(members.values()) if members is not None else []
+        stats = _stats(all_slices)
+        complete = len(group) == count
+        if not complete:
+            if stats.max_generation > generation:
+                continue  # obsolete: the driver is replacing this generation
+            complete = stats.counts.get(generation, 0) == count
+        slices = tuple(group)
+        has_bc = any(d.binding_conditions for s in slices for d in s.devices)
+        if not complete:
+            gathered.append(Pool(key[0], key[1], generation, first.pool.priority, slices, has_bc, incomplete=True))
+            continue
+        invalid = _validate(slices, (s for s in all_slices if s.pool.generation == generation), stats)
+        gathered.append(Pool(key[0], key[1], generation, first.pool.priority, slices, has_bc, invalid=invalid))
+    gathered.sort(key=lambda p: (p.driver, -p.priority, p.has_binding_conditions, p.name))
+    usable = tuple(p for p in gathered if p.usable)
+    flat: list[Candidate] = []
+    off_node: set[int] = set()
+    for pool in usable:
+        for s in pool.slices:
+            flat.extend(candidates[s.name])
+    # Per-device node selection is decided per node, after the selectors (as upstream's isSelectable).
+    for i, c in enumerate(flat):
+        dev = c.device
+        if c.slice.per_device_node_selection and not _node_matches(
+            node, dev.node_name, dev.all_nodes, dev.node_selector
+        ):
+            off_node.add(i)
+    pools = NodePools(
+        node=node.name,
+        gathered=tuple(gathered),
+        pools=usable,
+        unusable=tuple(p for p in gathered if not p.usable),
+        candidates=tuple(flat),
+        off_node=frozenset(off_node),
+        has_invalid=any(p.invalid for p in gathered),
+        local_selector=_local_selector(node.name),
+    )
+    return pools, tuple(groups)
+
+
+def _scope(s: ResourceSlice) -> str:
+    """How a slice's relevance is decided: "node" (its nodeName), "wide" (labels / all nodes) or "none"."""
+    if s.shared_counters:
+        return "wide"  # counter sets belong to every node's view of the pool
+    if s.node_name is not None:
+        return "node"
+    if s.all_nodes or s.node_selector is not None or s.per_device_node_selection:
+        return "wide"
+    return "none"  # a future node-selection field: never relevant (upstream skips it too)
+
+
+def _relevant(s: ResourceSlice, node: NodeRef) -> bool:
+    if s.shared_counters or s.all_nodes:
+        return True
+    if s.node_selector is not None:
+        return node_selector_matches(s.node_selector, node)
+    if s.per_device_node_selection:
+        return any(_node_matches(node, d.node_name, d.all_nodes, d.node_selector) for d in s.devices)
+    return False
+
+
+def _label_dependent(s: ResourceSlice) -> bool:
+    if s.node_selector is not None:
+        return True
+    return s.per_device_node_selection and any(d.node_selector is not None for d in s.devices)
+
+
+@dataclass(slots=True)
+class _Memo:
+    labels: Mapping[str, str]
+    label_dependent: bool
+    pools: NodePools
+    keys: tuple[PoolKey, ...]
+
+
+@dataclass
+class SliceIndex:
+    """All ResourceSlices, indexed at cache-update time, with ``NodePools`` memoised per node.
+
+    Invalidation is precise: a change to a slice forgets the memo of the node it names (old and
+    new version), of every node whose memo used its pool (completeness and the KEP-5773 check
+    look at a pool's slices on other nodes too), and of all nodes when it is a node-selector,
+    all-nodes, per-device or counter slice. A node whose labels changed is re-gathered when its
+    memo depended on labels (``NodeRef.labels`` is compared on every lookup, by identity first).
+    """
+
+    _slices: dict[str, ResourceSlice] = field(default_factory=dict)
+    _candidates: dict[str, tuple[Candidate, ...]] = field(default_factory=dict)
+    _by_pool: dict[PoolKey, dict[str, ResourceSlice]] = field(default_factory=dict)
+    _by_node: dict[str, dict[str, ResourceSlice]] = field(default_factory=dict)
+    _wide: dict[str, ResourceSlice] = field(default_factory=dict)
+    _memo: dict[str, _Memo] = field(default_factory=dict)
+    _memo_by_pool: dict[PoolKey, set[str]] = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ reads
+    def __len__(self) -> int:
+        return len(self._slices)
+
+    def __iter__(self) -> Iterator[ResourceSlice]:
+        return iter(list(self._slices.values()))
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._slices
+
+    def get(self, name: str) -> ResourceSlice | None:
+        return self._slices.get(name)
+
+    def slices(self) -> list[ResourceSlice]:
+        """Every slice, by name."""
+        return [self._slices[name] for name in sorted(self._slices)]
+
+    def pools_for(self, node: NodeRef) -> NodePools:
+        """The node's pools in allocation order (memoised; see the class docstring for invalidation)."""
+        memo = self._memo.get(node.name)
+        if memo is not None:
+            labels = node.labels
+            if memo.labels is labels or not memo.label_dependent:
+                return memo.pools
+            if memo.labels == labels:
+                memo.labels = labels  # identity hits from now on
+                return memo.pools
+            self._forget(node.name)
+        relevant = list(self._by_node.get(node.name, {}).values())
+        dependent = False
+        for s in self._wide.values():
+            dependent = dependent or _label_dependent(s)
+            if _relevant(s, node):
+                relevant.append(s)
+        pools, keys = gather_pools(node, relevant, self._by_pool, self._candidates)
+        self._memo[node.name] = _Memo(node.labels, dependent, pools, keys)
+        for key in keys:
+            self._memo_by_pool.setdefault(key, set()).add(node.name)
+        return pools
+
+    # ------------------------------------------------------------------ writes
+    def upsert(self, resource_slice: ResourceSlice) -> None:
+        old = self._slices.get(resource_slice.name)
+        if old is resource_slice:
+            return
+        if old is not None:
+            self._remove(old)
+        self._add(resource_slice)
+
+    def delete(self, name: str) -> None:
+        old = self._slices.get(name)
+        if old is not None:
+            self._remove(old)
+
+    def replace(self, slices: Iterable[ResourceSlice]) -> None:
+        self._slices.clear()
+        self._candidates.clear()
+        self._by_pool.clear()
+        self._by_node.clear()
+        self._wide.clear()
+        self._forget_all()
+        for s in slices:
+            self.upsert(s)
+
+    def forget_node(self, name: str) -> None:
+        """Drop a node's memo (the node left the cluster)."""
+        self._forget(name)
+
+    def _add(self, s: ResourceSlice) -> None:
+        self._slices[s.name] = s
+        self._candidates[s.name] = _candidates(s)
+        self._by_pool.setdefault((s.driver, s.pool.name), {})[s.name] = s
+        scope = _scope(s)
+        if scope == "node":
+            assert s.node_name is not None
+            self._by_node.setdefault(s.node_name, {})[s.name] = s
+        elif scope == "wide":
+            self._wide[s.name] = s
+        self._invalidate(s, scope)
+
+    def _remove(self, s: ResourceSlice) -> None:
+        del self._slices[s.name]
+        del self._candidates[s.name]
+        key = (s.driver, s.pool.name)
+        members = self._by_pool[key]
+        del members[s.name]
+        if not members:
+            del self._by_pool[key]
+        scope = _scope(s)
+        if scope == "node":
+            assert s.node_name is not None
+            on_node = self._by_node[s.node_name]
+            del on_node[s.name]
+            if not on_node:
+                del self._by_node[s.node_name]
+        elif scope == "wide":
+            del self._wide[s.name]
+        self._invalidate(s, scope)
+
+    def _invalidate(self, s: ResourceSlice, scope: str) -> None:
+        if scope == "wide":
+            self._forget_all()
+            return
+        for node in list(self._memo_by_pool.get((s.driver, s.pool.name), ())):
+            self._forget(node)
+        if scope == "node":
+            assert s.node_name is not None
+            self._forget(s.node_name)
+
+    def _forget(self, node: str) -> None:
+        memo = self._memo.pop(node, None)
+        if memo is None:
+            return
+        for key in memo.keys:
+            nodes = self._memo_by_pool.get(key)
+            if nodes is not None:
+                nodes.discard(node)
+                if not nodes:
+                    del self._memo_by_pool[key]
+
+    def _forget_all(self) -> None:
+        self._memo.clear()
+        self._memo_by_pool.clear()

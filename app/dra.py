@@ -1,0 +1,263 @@
+"""DRA state for the extender: watch-fed classes, claims and slices, and the devices in use.
+
+The allocator (``allocator/``) is pure; this module owns *when* its inputs change. Everything
+expensive happens here at cache-update time: slices are indexed into per-node ordered pools
+(memoised by ``SliceIndex``), the set of allocated devices is kept incrementally from every
+claim's ``status.allocation``, and each node's ``NodeRef`` is built once per node version.
+
+Two ledgers, both keyed by pod UID, stand in for the scheduler's Reserve step, which an
+extender does not get:
+
+* **proposals**: what ``/filter`` would allocate on each candidate node. Replaced when the pod is
+  filtered again, expired after a TTL, never counted against other pods (counting a pod's
+  proposals on every candidate node would turn other pods away from nodes it will never use).
+  ``/bind`` takes the chosen node's proposal if its devices are still free.
+* **in flight**: the allocation ``/bind`` is writing. It counts as allocated from the moment bind
+  decides (before the first API write) until the written claims are in the cache, so two pods
+  never get one device, whatever the order of watch events.
+
+Claims are an *assume cache* like upstream's: a claim update older (by resourceVersion) than the
+one we stored after our own write is ignored, so a late watch event cannot free a device again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from allocator import (
+    AllocationResult,
+    DeviceClass,
+    DeviceID,
+    NodeRef,
+    ResourceClaim,
+    ResourceSlice,
+    SelectorCache,
+    SliceIndex,
+    allocated_device_ids,
+)
+
+__all__ = ["DraState", "InFlight", "Proposal"]
+
+_PROPOSALS = 10_000  # pods with filter-time proposals kept at most (least recently filtered dropped first)
+
+
+@dataclass(frozen=True, slots=True)
+class Proposal:
+    """Filter-time allocations of one pod: node name -> one AllocationResult per unallocated claim."""
+
+    claims: tuple[str, ...]  # claim keys (ns/name) the results are for, in order
+    by_node: Mapping[str, tuple[AllocationResult, ...]]
+    expires_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class InFlight:
+    """An allocation being written by /bind: counted as allocated until the claims show it."""
+
+    pod_uid: str
+    pod: str  # ns/name, for /debug
+    node: str
+    claims: Mapping[str, AllocationResult]  # claim key -> what we write
+    devices: tuple[DeviceID, ...]
+    started_at: float
+    expires_at: float
+
+
+def _rv(value: str) -> int | None:
+    return int(value) if value.isdigit() else None
+
+
+@dataclass
+class DraState:
+    """Watch-fed DRA objects plus the two ledgers. All methods run on the event loop thread."""
+
+    clock: Callable[[], float] = time.monotonic
+    proposal_ttl: float = 60.0
+    inflight_ttl: float = 300.0
+    classes: dict[str, DeviceClass] = field(default_factory=dict)
+    claims: dict[str, ResourceClaim] = field(default_factory=dict)
+    slices: SliceIndex = field(default_factory=SliceIndex)
+    selectors: SelectorCache = field(default_factory=SelectorCache)
+    proposals: OrderedDict[str, Proposal] = field(default_factory=OrderedDict)
+    inflight: dict[str, InFlight] = field(default_factory=dict)
+    _node_refs: dict[str, NodeRef] = field(default_factory=dict)
+    _claim_devices: dict[DeviceID, str] = field(default_factory=dict)  # device -> claim key holding it
+    _inflight_devices: dict[DeviceID, str] = field(default_factory=dict)  # device -> pod uid
+
+    # ------------------------------------------------------------------ nodes
+    def node_ref(self, name: str) -> NodeRef | None:
+        return self._node_refs.get(name)
+
+    def set_node(self, name: str, labels: Mapping[str, str]) -> None:
+        ref = self._node_refs.get(name)
+        if ref is None or ref.labels != labels:
+            self._node_refs[name] = NodeRef(name, dict(labels))
+
+    def delete_node(self, name: str) -> None:
+        self._node_refs.pop(name, None)
+
+    # ------------------------------------------------------------------ classes and slices
+    def upsert_class(self, device_class: DeviceClass) -> None:
+        self.classes[device_class.name] = device_class
+
+    def delete_class(self, name: str) -> None:
+        self.classes.pop(name, None)
+
+    def replace_classes(self, classes: Iterable[DeviceClass]) -> None:
+        self.classes = {c.name: c for c in classes}
+
+    def upsert_slice(self, resource_slice: ResourceSlice) -> None:
+        self.slices.upsert(resource_slice)
+
+    def delete_slice(self, name: str) -> None:
+        self.slices.delete(name)
+
+    def replace_slices(self, slices: Iterable[ResourceSlice]) -> None:
+        self.slices.replace(slices)
+
+    # ------------------------------------------------------------------ claims
+    def upsert_claim(self, claim: ResourceClaim) -> bool:
+        """Store a claim unless it is older than the stored one; returns whether it was stored."""
+        old = self.claims.get(claim.key)
+        if old is not None and old.uid == claim.uid:
+            new_rv, old_rv = _rv(claim.resource_version), _rv(old.resource_version)
+            if new_rv is not None and old_rv is not None and new_rv < old_rv:
+                return False  # a watch event from before our own write: keep what we wrote
+        self._uncount(old)
+        self.claims[claim.key] = claim
+        if claim.allocation is not None:
+            for device in allocated_device_ids(claim.allocation):
+                self._claim_devices[device] = claim.key
+        return True
+
+    def delete_claim(self, key: str) -> None:
+        self._uncount(self.claims.pop(key, None))
+
+    def replace_claims(self, claims: Iterable[ResourceClaim]) -> None:
+        fresh = {c.key: c for c in claims}
+        for key in list(self.claims):
+            if key not in fresh:
+                self.delete_claim(key)
+        for claim in fresh.values():
+            current = self.claims.get(claim.key)
+            if current is not None and current.uid != claim.uid:
+                self.delete_claim(claim.key)
+            self.upsert_claim(claim)
+
+    def _uncount(self, claim: ResourceClaim | None) -> None:
+        if claim is None or claim.allocation is None:
+            return
+        for device in allocated_device_ids(claim.allocation):
+            if self._claim_devices.get(device) == claim.key:
+                del self._claim_devices[device]
+
+    # ------------------------------------------------------------------ allocated devices
+    def allocated_view(self, pod_uid: str = "") -> AllocatedDevices:
+        """Devices no other pod may take: claimed ones plus other pods' in-flight ones."""
+        return AllocatedDevices(self._claim_devices, self._inflight_devices, pod_uid)
+
+    def holder(self, device: DeviceID) -> str:
+        """Who holds a device, for /debug: ``claim ns/name``, ``in flight for pod <uid>`` or ``""``."""
+        if device in self._claim_devices:
+            return f"claim {self._claim_devices[device]}"
+        if device in self._inflight_devices:
+            return f"in flight for pod {self.inflight[self._inflight_devices[device]].pod}"
+        return ""
+
+    # ------------------------------------------------------------------ proposals
+    def propose(
+        self, pod_uid: str, claims: tuple[str, ...], by_node: Mapping[str, tuple[AllocationResult, ...]]
+    ) -> None:
+        self.proposals[pod_uid] = Proposal(claims, by_node, self.clock() + self.proposal_ttl)
+        self.proposals.move_to_end(pod_uid)
+        while len(self.proposals) > _PROPOSALS:
+            self.proposals.popitem(last=False)
+
+    def proposal(self, pod_uid: str, claims: tuple[str, ...], node: str) -> tuple[AllocationResult, ...] | None:
+        """The filter-time allocation for ``node`` if it is for these claims, unexpired and still free."""
+        proposal = self.proposals.get(pod_uid)
+        if proposal is None or proposal.claims != claims or proposal.expires_at <= self.clock():
+            return None
+        results = proposal.by_node.get(node)
+        if results is None:
+            return None
+        allocated = self.allocated_view(pod_uid)
+        for result in results:
+            if any(device in allocated for device in allocated_device_ids(result)):
+                return None
+        return results
+
+    # ------------------------------------------------------------------ in flight
+    def begin(self, pod_uid: str, pod: str, node: str, claims: Mapping[str, AllocationResult]) -> InFlight:
+        """Count ``claims``' devices as allocated from now on, replacing the pod's earlier entry."""
+        self.end(pod_uid)
+        devices = tuple(d for result in claims.values() for d in allocated_device_ids(result))
+        now = self.clock()
+        entry = InFlight(pod_uid, pod, node, dict(claims), devices, now, now + self.inflight_ttl)
+        self.inflight[pod_uid] = entry
+        for device in devices:
+            self._inflight_devices[device] = pod_uid
+        return entry
+
+    def end(self, pod_uid: str) -> None:
+        entry = self.inflight.pop(pod_uid, None)
+        if entry is None:
+            return
+        for device in entry.devices:
+            if self._inflight_devices.get(device) == pod_uid:
+                del self._inflight_devices[device]
+
+    def expire(self) -> list[InFlight]:
+        """Drop expired proposals and in-flight entries (a bind that never finished either way)."""
+        now = self.clock()
+        for uid in [uid for uid, p in self.proposals.items() if p.expires_at <= now]:
+            del self.proposals[uid]
+        expired = [entry for entry in self.inflight.values() if entry.expires_at <= now]
+        for entry in expired:
+            self.end(entry.pod_uid)
+        return expired
+
+    def counts(self) -> dict[str, int]:
+        return {
+            "deviceClasses": len(self.classes),
+            "resourceClaims": len(self.claims),
+            "resourceSlices": len(self.slices),
+            "allocatedDevices": len(self._claim_devices),
+            "inFlightAllocations": len(self.inflight),
+        }
+
+    def check_invariants(self) -> None:
+        """Recompute the allocated-device maps from scratch and compare (tests use it)."""
+        claimed: dict[DeviceID, str] = {}
+        for claim in self.claims.values():
+            if claim.allocation is not None:
+                for device in allocated_device_ids(claim.allocation):
+                    claimed[device] = claim.key
+        if claimed != self._claim_devices:
+            raise AssertionError(f"claimed devices drifted: have {self._claim_devices}, want {claimed}")
+        inflight = {d: e.pod_uid for e in self.inflight.values() for d in e.devices}
+        if inflight != self._inflight_devices:
+            raise AssertionError(f"in-flight devices drifted: have {self._inflight_devices}, want {inflight}")
+
+
+@dataclass(frozen=True, slots=True)
+class AllocatedDevices:
+    """The allocator's view of devices in use; a pod's own in-flight devices do not block it."""
+
+    claimed: Mapping[DeviceID, str]
+    inflight: Mapping[DeviceID, str]
+    pod_uid: str
+
+    def __contains__(self, device: object) -> bool:
+        if device in self.claimed:
+            return True
+        owner = self.inflight.get(device)  # type: ignore[call-overload]
+        return owner is not None and owner != self.pod_uid
+
+    def __iter__(self) -> Iterator[Any]:
+        yield from self.claimed
+        yield from (d for d, owner in self.inflight.items() if owner != self.pod_uid)

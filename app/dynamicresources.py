@@ -1,0 +1,270 @@
+"""The DynamicResources steps of the extender, mapped from kube-scheduler's in-tree plugin.
+
+=============  ===============================  =============================================
+upstream       here                             what
+=============  ===============================  =============================================
+PreFilter      ``prefilter`` (per request)      resolve the pod's claims, refuse the pod on
+                                                every node when one is missing or unusable
+Filter         ``filter`` (per node)            allocated claims: their nodeSelector must
+                                                match; unallocated ones: allocate them all
+                                                together on the node (first fit, by priority)
+Reserve        ``reserve`` (in /bind)           pick the allocation for the chosen node and
+                                                count it as in flight, before any await
+PreBind        ``prebind`` (in /bind)           finalizer, then ``status.allocation`` and
+                                                ``status.reservedFor``, claim by claim
+Unreserve      ``unreserve``                    undo every write of this bind in reverse order
+=============  ===============================  =============================================
+
+kube-scheduler's own DynamicResources plugin must be disabled in the extender's profile,
+otherwise both would allocate (see deploy/README.md).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from allocator import (
+    AllocationError,
+    AllocationResult,
+    Allocator,
+    ResourceClaim,
+    Unschedulable,
+    node_selector_matches,
+)
+from app.dra import DraState
+from scoring.framework import Code, PodInfo, Status
+
+__all__ = [
+    "RESERVED_FOR_MAX",
+    "ClaimWriteError",
+    "ClaimWriter",
+    "DynamicResources",
+    "PodClaims",
+    "Reservation",
+]
+
+log = logging.getLogger("kube_gpu_extender.dra")
+
+RESERVED_FOR_MAX = 256  # ResourceClaimReservedForMaxSize
+REASON_NOT_ON_NODE = "resourceclaim not available on the node"
+REASON_NO_NODE = "node(s) unknown to the GPU extender"
+
+
+class ClaimWriteError(Exception):
+    """A failed claim write; ``definite`` is False when the API may have applied it."""
+
+    def __init__(self, message: str, *, definite: bool = True) -> None:
+        super().__init__(message)
+        self.definite = definite
+
+
+class ClaimWriter(Protocol):
+    """Writes claims as kube-scheduler's PreBind and Unreserve do; returns the claim as stored."""
+
+    async def allocate(self, claim: ResourceClaim, allocation: AllocationResult, pod: PodInfo) -> ResourceClaim: ...
+
+    async def reserve(self, claim: ResourceClaim, pod: PodInfo) -> ResourceClaim: ...
+
+    async def release(
+        self, claim: ResourceClaim, pod: PodInfo, allocation: AllocationResult | None
+    ) -> ResourceClaim | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class PodClaims:
+    """PreFilter's answer for a pod: its claims split by whether they still need devices."""
+
+    allocated: tuple[ResourceClaim, ...]
+    unallocated: tuple[ResourceClaim, ...]
+
+    @property
+    def unallocated_keys(self) -> tuple[str, ...]:
+        return tuple(claim.key for claim in self.unallocated)
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """What /bind will write for a pod on its node."""
+
+    node: str
+    allocate: tuple[tuple[ResourceClaim, AllocationResult], ...]
+    reserve: tuple[ResourceClaim, ...]  # already allocated; only the pod's reservation is added
+
+    @property
+    def empty(self) -> bool:
+        return not self.allocate and not self.reserve
+
+
+def _unresolvable(reason: str) -> Status:
+    return Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, reason)
+
+
+class DynamicResources:
+    def __init__(self, state: DraState) -> None:
+        self.state = state
+
+    # ------------------------------------------------------------------ PreFilter
+    def prefilter(self, pod: PodInfo) -> PodClaims | Status:
+        """Resolve the pod's claims; a Status means the pod cannot run on any node now."""
+        if pod.claims_pending:
+            return _unresolvable(pod.claims_pending)
+        allocated: list[ResourceClaim] = []
+        unallocated: list[ResourceClaim] = []
+        for ref in pod.claims:
+            claim = self.state.claims.get(f"{pod.namespace}/{ref.claim}")
+            if claim is None:
+                return _unresolvable(f"waiting for resourceclaim {ref.claim!r} to be created")
+            if claim.deleting:
+                return _unresolvable(f"resourceclaim {ref.claim!r} is being deleted")
+            if ref.generated and claim.owner_pod_uid != pod.uid:
+                return _unresolvable(f"resourceclaim {ref.claim!r} was not created for this pod")
+            holder = self._in_flight_for_other(claim.key, pod.uid)
+            if holder:
+                return Status(Code.UNSCHEDULABLE, f"resourceclaim {ref.claim!r} is being allocated for another pod")
+            if claim.allocation is None:
+                unallocated.append(claim)
+                continue
+            reserved = {consumer.uid for consumer in claim.reserved_for}
+            if pod.uid not in reserved and len(reserved) >= RESERVED_FOR_MAX:
+                return _unresolvable(f"resourceclaim {ref.claim!r} is reserved for too many pods")
+            allocated.append(claim)
+        return PodClaims(tuple(allocated), tuple(unallocated))
+
+    def _in_flight_for_other(self, claim_key: str, pod_uid: str) -> str:
+        for uid, entry in self.state.inflight.items():
+            if uid != pod_uid and claim_key in entry.claims:
+                return uid
+        return ""
+
+    # ------------------------------------------------------------------ Filter
+    def allocator(self, pod_uid: str) -> Allocator:
+        return Allocator(self.state.classes, self.state.allocated_view(pod_uid), self.state.selectors)
+
+    def filter(
+        self, allocator: Allocator, claims: PodClaims, node: str
+    ) -> tuple[Status, tuple[AllocationResult, ...] | None]:
+        """One node; raises ``AllocationError`` when the pod itself is at fault (not the node)."""
+        ref = self.state.node_ref(node)
+        if ref is None:
+            return _unresolvable(REASON_NO_NODE), None
+        for claim in claims.allocated:
+            assert claim.allocation is not None
+            if not node_selector_matches(claim.allocation.node_selector, ref):
+                return _unresolvable(REASON_NOT_ON_NODE), None
+        if not claims.unallocated:
+            return Status(), ()
+        outcome = allocator.allocate(ref, self.state.slices.pools_for(ref), claims.unallocated)
+        if isinstance(outcome, Unschedulable):
+            return _unresolvable(outcome.reason), None
+        return Status(), outcome.results
+
+    def filter_nodes(self, pod: PodInfo, claims: PodClaims, nodes: Sequence[str]) -> dict[str, Status]:
+        """Failures among ``nodes``; records the pod's proposals for the nodes that pass."""
+        allocator = self.allocator(pod.uid)
+        failures: dict[str, Status] = {}
+        proposals: dict[str, tuple[AllocationResult, ...]] = {}
+        for node in nodes:
+            status, results = self.filter(allocator, claims, node)
+            if not status.passed:
+                failures[node] = status
+            elif results:
+                proposals[node] = results
+        if claims.unallocated:
+            self.state.propose(pod.uid, claims.unallocated_keys, proposals)
+        return failures
+
+    def explain(self, pod: PodInfo, claims: PodClaims, node: str) -> dict[str, object]:
+        """Which devices /bind would pick on ``node`` (for /debug/explain)."""
+        try:
+            status, results = self.filter(self.allocator(pod.uid), claims, node)
+        except AllocationError as exc:
+            return {"error": str(exc)}
+        view: dict[str, object] = {"passed": status.passed, "reason": status.reason}
+        if results:
+            view["devices"] = {
+                claim.key: [
+                    {"request": r.request, "driver": r.driver, "pool": r.pool, "device": r.device}
+                    for r in result.devices
+                ]
+                for claim, result in zip(claims.unallocated, results, strict=True)
+            }
+        if claims.allocated:
+            view["alreadyAllocated"] = [claim.key for claim in claims.allocated]
+        return view
+
+    # ------------------------------------------------------------------ Reserve
+    def reserve(self, pod: PodInfo, node: str) -> Reservation | Status:
+        """Choose the allocation on ``node`` and count it as in flight (synchronously, no await).
+
+        Raises ``AllocationError`` for a pod-level error. Nothing is recorded when a Status is returned.
+        """
+        claims = self.prefilter(pod)
+        if isinstance(claims, Status):
+            return claims
+        results = self.state.proposal(pod.uid, claims.unallocated_keys, node) if claims.unallocated else ()
+        if results is None:  # no proposal for this node, or its devices were taken meanwhile: decide again
+            status, results = self.filter(self.allocator(pod.uid), claims, node)
+            if not status.passed:
+                return status
+        else:
+            ref = self.state.node_ref(node)
+            for claim in claims.allocated:
+                assert claim.allocation is not None
+                if ref is None or not node_selector_matches(claim.allocation.node_selector, ref):
+                    return _unresolvable(REASON_NOT_ON_NODE)
+        assert results is not None
+        allocate = tuple(zip(claims.unallocated, results, strict=True))
+        reserve = tuple(c for c in claims.allocated if pod.uid not in {r.uid for r in c.reserved_for})
+        if allocate:
+            self.state.begin(pod.uid, pod.key, node, {claim.key: result for claim, result in allocate})
+        return Reservation(node, allocate, reserve)
+
+    # ------------------------------------------------------------------ PreBind / Unreserve
+    async def prebind(self, pod: PodInfo, reservation: Reservation, writer: ClaimWriter) -> None:
+        """Write every claim; on failure undo what this call wrote and raise ``ClaimWriteError``."""
+        written: list[tuple[ResourceClaim, AllocationResult | None]] = []
+        try:
+            for claim, allocation in reservation.allocate:
+                stored = await writer.allocate(claim, allocation, pod)
+                self.state.upsert_claim(stored)
+                written.append((stored, allocation))
+            for claim in reservation.reserve:
+                stored = await writer.reserve(claim, pod)
+                self.state.upsert_claim(stored)
+                written.append((stored, None))
+        except ClaimWriteError as exc:
+            undone = await self.unreserve(pod, written, writer)
+            if exc.definite and undone:
+                self.state.end(pod.uid)  # otherwise the in-flight entry holds the devices until its TTL
+            raise
+        self.state.end(pod.uid)  # the claims in the cache now hold the devices
+
+    async def unreserve(
+        self, pod: PodInfo, written: Sequence[tuple[ResourceClaim, AllocationResult | None]], writer: ClaimWriter
+    ) -> bool:
+        """Undo reservations (and our allocations) in reverse order; False if any undo failed."""
+        complete = True
+        for claim, allocation in reversed(written):
+            try:
+                stored = await writer.release(claim, pod, allocation)
+            except ClaimWriteError as exc:
+                complete = False
+                log.error("could not undo the write of resourceclaim %s for pod %s: %s", claim.key, pod.key, exc)
+                continue
+            if stored is None:
+                self.state.delete_claim(claim.key)
+            else:
+                self.state.upsert_claim(stored)
+        return complete
+
+    def written(self, reservation: Reservation) -> list[tuple[ResourceClaim, AllocationResult | None]]:
+        """What a completed ``prebind`` wrote, as ``unreserve`` takes it (claims re-read from the cache)."""
+        out: list[tuple[ResourceClaim, AllocationResult | None]] = []
+        pairs: list[tuple[ResourceClaim, AllocationResult | None]] = [*reservation.allocate]
+        pairs.extend((claim, None) for claim in reservation.reserve)
+        for claim, allocation in pairs:
+            out.append((self.state.claims.get(claim.key, claim), allocation))
+        return out

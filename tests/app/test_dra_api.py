@@ -1,0 +1,210 @@
+"""DRA against the fake API server over real HTTP: watches of classes, claims and slices, the bind's
+write order (finalizer, status, Binding) and its rollback."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import pytest
+
+from app.binding import FINALIZER, ApiBinder, ApiClaimWriter
+from app.cache import ClusterCache
+from app.config import parse_config
+from app.dynamicresources import ClaimWriteError
+from app.kube import KubeClient
+from app.metrics import Metrics
+from app.reflector import DRA_RESOURCES, Reflector, node_resource, pod_resource
+from app.runtime import readiness
+from app.service import ExtenderService
+from tests.app.test_reflector import eventually
+from tests.conftest import (
+    bind_body,
+    claim_obj,
+    device_class_obj,
+    filter_body,
+    gpu_device,
+    node_obj,
+    pod_obj,
+    slice_obj,
+    with_claims,
+)
+from tests.fakeapi import FakeAPIServer
+
+SOURCES = ("nodes", "pods", "deviceclasses", "resourceclaims", "resourceslices")
+CLAIMS = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims"
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeAPIServer]:
+    with FakeAPIServer() as server:
+        yield server
+
+
+class Harness:
+    def __init__(self, fake: FakeAPIServer) -> None:
+        self.fake = fake
+        self.cache = ClusterCache()
+        self.metrics = Metrics()
+        self.client = KubeClient(fake.url, timeout=5.0)
+        self.reflectors = [
+            Reflector(self.client, self.cache, r, self.metrics, initial_backoff=0.02, max_backoff=0.2)
+            for r in (node_resource, pod_resource, *DRA_RESOURCES)
+        ]
+        self.service = ExtenderService(
+            parse_config({}),
+            self.cache,
+            ApiBinder(self.client),
+            self.metrics,
+            readiness=lambda: readiness(self.cache, SOURCES, 30.0),
+            claim_writer=ApiClaimWriter(self.client),
+        )
+
+    def claim(self, name: str) -> dict[str, Any]:
+        obj = self.fake.get("ResourceClaim", name, "default")
+        assert obj is not None
+        return obj
+
+    async def run(self, body: Callable[[Harness], Awaitable[None]]) -> None:
+        tasks = [asyncio.create_task(r.run()) for r in self.reflectors]
+        try:
+            await eventually(lambda: self.service.not_ready_reason() == "", "initial sync")
+            await body(self)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self.client.close()
+        self.cache.check_invariants()
+
+
+def setup_cluster(fake: FakeAPIServer, *claims: str) -> None:
+    fake.add(node_obj("d1", gpus=None))
+    fake.add(device_class_obj())
+    fake.add(slice_obj("d1-gpus", [gpu_device("gpu-0", "24Gi"), gpu_device("gpu-1", "80Gi")], node="d1"))
+    for name in claims:
+        fake.add(claim_obj(name))
+
+
+def run(fake: FakeAPIServer, body: Callable[[Harness], Awaitable[None]]) -> Harness:
+    harness = Harness(fake)
+    asyncio.run(harness.run(body))
+    return harness
+
+
+def test_bind_writes_finalizer_then_status_then_binding(fake: FakeAPIServer) -> None:
+    setup_cluster(fake, "x")
+    pod = fake.add(with_claims(pod_obj("p"), "x"))
+
+    async def body(h: Harness) -> None:
+        assert h.service.filter(filter_body(pod, ["d1"]))["NodeNames"] == ["d1"]
+        start = len(fake.requests)
+        assert await h.service.bind(bind_body(pod, "d1")) == {"Error": ""}
+        writes = [(m, path) for m, path in fake.requests[start:] if m != "GET"]
+        assert writes == [
+            ("PUT", f"{CLAIMS}/x"),
+            ("PUT", f"{CLAIMS}/x/status"),
+            ("POST", "/api/v1/namespaces/default/pods/p/binding"),
+        ]
+        claim = h.claim("x")
+        assert claim["metadata"]["finalizers"] == [FINALIZER]
+        assert claim["status"]["allocation"]["devices"]["results"] == [
+            {"request": "gpu", "driver": "gpu.example.com", "pool": "d1", "device": "gpu-0"}
+        ]
+        assert claim["status"]["allocation"]["nodeSelector"] == {
+            "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["d1"]}]}]
+        }
+        assert claim["status"]["reservedFor"] == [{"resource": "pods", "name": "p", "uid": pod["metadata"]["uid"]}]
+        # The watch brings the same claim back; the device stays allocated exactly once.
+        await eventually(
+            lambda: h.cache.dra.claims["default/x"].resource_version == claim["metadata"]["resourceVersion"],
+            "claim watched",
+        )
+        assert not h.cache.dra.inflight
+
+    run(fake, body)
+
+
+def test_binding_refused_rolls_back_the_claim(fake: FakeAPIServer) -> None:
+    setup_cluster(fake, "x")
+    pod = fake.add(with_claims(pod_obj("p"), "x"))
+
+    async def body(h: Harness) -> None:
+        h.service.filter(filter_body(pod, ["d1"]))
+        fake.fail_next(1, 403, path_contains="/binding")
+        answer = await h.service.bind(bind_body(pod, "d1"))
+        assert "403" in answer["Error"]
+        claim = h.claim("x")
+        assert "allocation" not in claim.get("status", {})
+        assert not claim["status"].get("reservedFor")
+        assert FINALIZER not in claim["metadata"].get("finalizers", [])
+        assert h.cache.dra.claims["default/x"].allocation is None
+        assert not h.cache.dra.inflight and pod["metadata"]["uid"] not in h.cache.ledger
+        # The retry succeeds and allocates the same device.
+        assert await h.service.bind(bind_body(pod, "d1")) == {"Error": ""}
+        assert h.claim("x")["status"]["allocation"]["devices"]["results"][0]["device"] == "gpu-0"
+
+    run(fake, body)
+
+
+def test_status_conflict_is_retried_from_a_fresh_read(fake: FakeAPIServer) -> None:
+    setup_cluster(fake, "x")
+    pod = fake.add(with_claims(pod_obj("p"), "x"))
+
+    async def body(h: Harness) -> None:
+        h.service.filter(filter_body(pod, ["d1"]))
+        fake.fail_next(1, 409, path_contains="/resourceclaims/x/status")
+        assert await h.service.bind(bind_body(pod, "d1")) == {"Error": ""}
+        status_writes = [p for m, p in fake.requests if m == "PUT" and p.endswith("/x/status")]
+        assert len(status_writes) == 2
+        assert h.claim("x")["status"]["reservedFor"][0]["name"] == "p"
+
+    run(fake, body)
+
+
+def test_claim_allocated_by_someone_else_meanwhile_is_not_overwritten(fake: FakeAPIServer) -> None:
+    setup_cluster(fake, "x")
+    pod = fake.add(with_claims(pod_obj("p"), "x"))
+
+    async def body(h: Harness) -> None:
+        h.service.filter(filter_body(pod, ["d1"]))
+        cached = h.cache.dra.claims["default/x"]
+        proposal = h.cache.dra.proposals[pod["metadata"]["uid"]].by_node["d1"][0]
+        # Another scheduler allocates the claim after our cache last saw it.
+        stolen = h.claim("x")
+        result = {"request": "gpu", "driver": "gpu.example.com", "pool": "d1", "device": "gpu-1"}
+        stolen["status"] = {"allocation": {"devices": {"results": [result]}}}
+        fake.update(stolen)
+        start = len(fake.updates)
+        with pytest.raises(ClaimWriteError, match="allocated meanwhile"):
+            await ApiClaimWriter(h.client).allocate(cached, proposal, h.service._pending[pod["metadata"]["uid"]])
+        assert fake.updates[start:] == []
+        assert h.claim("x")["status"]["allocation"]["devices"]["results"] == [result]
+
+    run(fake, body)
+
+
+def test_watched_slices_and_claims_drive_the_filter(fake: FakeAPIServer) -> None:
+    setup_cluster(fake, "x", "y")
+    px = fake.add(with_claims(pod_obj("px"), "x"))
+    py = fake.add(with_claims(pod_obj("py"), "y"))
+
+    async def body(h: Harness) -> None:
+        await asyncio.to_thread(fake.wait_for_watchers, 5)
+        assert await h.service.bind(bind_body(px, "d1")) == {"Error": ""}
+        # A second claim takes the other device; then the driver withdraws the slice.
+        assert await h.service.bind(bind_body(py, "d1")) == {"Error": ""}
+        fake.add(claim_obj("z"))
+        pz = fake.add(with_claims(pod_obj("pz"), "z"))
+        await eventually(lambda: "default/z" in h.cache.dra.claims, "claim z watched")
+        answer = h.service.filter(filter_body(pz, ["d1"]))
+        assert answer["NodeNames"] == [] and "d1" in answer["FailedAndUnresolvableNodes"]
+        fake.delete("ResourceClaim", "x", "default")  # px's claim is gone: its device is free again
+        await eventually(lambda: "default/x" not in h.cache.dra.claims, "claim x deletion watched")
+        assert h.service.filter(filter_body(pz, ["d1"]))["NodeNames"] == ["d1"]
+        fake.delete("ResourceSlice", "d1-gpus")
+        await eventually(lambda: len(h.cache.dra.slices) == 0, "slice deletion watched")
+        assert h.service.filter(filter_body(pz, ["d1"]))["NodeNames"] == []
+
+    run(fake, body)
