@@ -48,6 +48,7 @@ def debug_view(
             }
             for a in cache.ledger.values()
         ],
+        "draInFlight": cache.dra.inflight_view(),
         "config": service.config.model_dump(mode="json"),
         "decisions": list(service.decisions)[-decisions:] if decisions > 0 else [],
     }
@@ -67,4 +68,7 @@ def debug_view(
                 "assumedPods": usage.assumed_count,
                 "free": {r: info.allocatable.get(r, 0) - info.requested.get(r, 0) for r in service.fit.resources},
             }
+            dra = cache.dra.node_view(name)
+            if dra is not None:
+                view["nodes"][name]["dra"] = dra
     return view

@@ -221,6 +221,62 @@ class DraState:
             self.end(entry.pod_uid)
         return expired
 
+    # ------------------------------------------------------------------ /debug
+    def node_view(self, name: str) -> dict[str, Any] | None:
+        """A node's pools in allocation order with their priorities and who holds each device."""
+        ref = self._node_refs.get(name)
+        if ref is None:
+            return None
+        pools = self.slices.pools_for(ref)
+        if not pools.gathered:
+            return None
+        free = allocated = 0
+        out = []
+        for pool in pools.gathered:
+            slices = []
+            for s in pool.slices:
+                devices = []
+                for device in s.devices:
+                    holder = self.holder(DeviceID(pool.driver, pool.name, device.name))
+                    entry: dict[str, Any] = {"name": device.name, "holder": holder or None}
+                    if device.capacity:
+                        entry["capacity"] = {k: c.text for k, c in device.capacity.items()}
+                    if device.unsupported:
+                        entry["neverAllocated"] = device.unsupported
+                    elif pool.usable:
+                        if holder:
+                            allocated += 1
+                        else:
+                            free += 1
+                    devices.append(entry)
+                slices.append({"name": s.name, "priority": s.priority, "devices": devices})
+            out.append(
+                {
+                    "driver": pool.driver,
+                    "pool": pool.name,
+                    "priority": pool.priority,
+                    "generation": pool.generation,
+                    "problem": pool.problem or None,
+                    "slices": slices,
+                }
+            )
+        return {"freeDevices": free, "allocatedDevices": allocated, "pools": out}
+
+    def inflight_view(self) -> list[dict[str, Any]]:
+        now = self.clock()
+        return [
+            {
+                "pod": e.pod,
+                "uid": e.pod_uid,
+                "node": e.node,
+                "claims": sorted(e.claims),
+                "devices": [str(d) for d in e.devices],
+                "ageSeconds": round(now - e.started_at, 3),
+                "expiresInSeconds": round(e.expires_at - now, 3),
+            }
+            for e in self.inflight.values()
+        ]
+
     def counts(self) -> dict[str, int]:
         return {
             "deviceClasses": len(self.classes),

@@ -13,9 +13,11 @@ from typing import Any
 
 import pytest
 
+from app.debug import debug_view
 from app.dynamicresources import ClaimWriteError
 from app.objects import pod_from_obj
 from app.service import BindError
+from scoring.framework import Status
 from tests.conftest import (
     bind_body,
     claim_obj,
@@ -288,3 +290,33 @@ def test_http_filter_for_a_dra_pod(mode: str, client_for: Any) -> None:
     passed = answer["NodeNames"] if mode == "names" else [n["metadata"]["name"] for n in answer["Nodes"]["items"]]
     assert passed == ["d1"]
     assert list(answer["FailedAndUnresolvableNodes"]) == ["c1"]
+
+
+def test_debug_shows_pools_in_allocation_order_holders_and_in_flight() -> None:
+    """Pool priority 5 beats 0 although its name sorts later; holders come from claims and in-flight binds."""
+    nodes = [node_obj("d1", gpus=None)]
+    low = slice_obj("a-low", [gpu_device("g0", "80Gi")], node="d1", pool="a-low", pool_priority=0)
+    high = slice_obj(
+        "z-high", [gpu_device("g0", "10Gi"), gpu_device("g1", "24Gi")], node="d1", pool="z-high", pool_priority=5
+    )
+    service = make_service(nodes, dra=[device_class_obj(), low, high, claim_obj("x"), claim_obj("y")])
+    px = with_claims(pod_obj("px"), "x")
+    assert bind(service, px, "d1") == {"Error": ""}
+    view = debug_view(service, node="d1")
+    dra = view["nodes"]["d1"]["dra"]
+    assert [(p["pool"], p["priority"]) for p in dra["pools"]] == [("z-high", 5), ("a-low", 0)]
+    first = dra["pools"][0]["slices"][0]["devices"]
+    assert first[0] == {"name": "g0", "holder": "claim default/x", "capacity": {"memory": "10Gi"}}
+    assert first[1]["holder"] is None
+    assert (dra["freeDevices"], dra["allocatedDevices"]) == (2, 1)
+    assert view["draInFlight"] == []
+    # A bind in flight shows up with its devices until its claim write lands.
+    py = with_claims(pod_obj("py"), "y")
+    service.cache.upsert_pod(pod_from_obj(py))
+    claims = service.dra.prefilter(service.cache.pods[py["metadata"]["uid"]])
+    assert not isinstance(claims, Status)
+    reservation = service.dra.reserve(service.cache.pods[py["metadata"]["uid"]], "d1")
+    assert not isinstance(reservation, Status)
+    view = debug_view(service, node="d1")
+    assert [(e["pod"], e["devices"]) for e in view["draInFlight"]] == [("default/py", ["gpu.example.com/z-high/g1"])]
+    assert view["nodes"]["d1"]["dra"]["pools"][0]["slices"][0]["devices"][1]["holder"] == "in flight for pod default/py"

@@ -1,0 +1,61 @@
+"""The deploy/ manifests stay consistent with each other and with what the extender needs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from app.config import parse_config
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+
+
+def _configmap() -> dict[str, Any]:
+    for doc in yaml.safe_load_all((DEPLOY / "extender-config.yaml").read_text()):
+        if doc and doc.get("kind") == "ConfigMap":
+            return doc
+    raise AssertionError("no ConfigMap in deploy/extender-config.yaml")
+
+
+def test_embedded_scheduler_config_is_the_source_of_truth_verbatim() -> None:
+    embedded = _configmap()["data"]["kube-scheduler-config.yaml"]
+    assert embedded == (DEPLOY / "kube-scheduler-config.yaml").read_text()
+
+
+def test_scheduler_profile_leaves_claims_to_the_extender() -> None:
+    config = yaml.safe_load((DEPLOY / "kube-scheduler-config.yaml").read_text())
+    profile = config["profiles"][0]
+    disabled = [p["name"] for p in profile["plugins"]["multiPoint"]["disabled"]]
+    assert "DynamicResources" in disabled  # otherwise both would allocate the claims
+    extender = config["extenders"][0]
+    # Pods whose GPUs come from claims request no extended resource: a managedResources filter
+    # would keep them from the extender.
+    assert "managedResources" not in extender
+    assert extender["bindVerb"] == "bind" and extender["ignorable"] is False
+    fit = next(c for c in profile["pluginConfig"] if c["name"] == "NodeResourcesFit")
+    assert "nvidia.com/gpu" in fit["args"]["ignoredResources"]
+
+
+def test_extender_config_parses_and_has_dra_on() -> None:
+    config = parse_config(yaml.safe_load(_configmap()["data"]["config.yaml"]))
+    assert config.dra.enabled
+
+
+def test_rbac_lets_the_extender_read_dra_objects_and_write_claims() -> None:
+    rules = []
+    for doc in yaml.safe_load_all((DEPLOY / "rbac.yaml").read_text()):
+        if doc and doc.get("kind") == "ClusterRole" and "extender" in doc["metadata"]["name"]:
+            rules += doc["rules"]
+    granted = {
+        (group, resource, verb)
+        for rule in rules
+        for group in rule.get("apiGroups", [])
+        for resource in rule.get("resources", [])
+        for verb in rule.get("verbs", [])
+    }
+    for resource in ("deviceclasses", "resourceslices", "resourceclaims"):
+        assert {("resource.k8s.io", resource, v) for v in ("list", "watch")} <= granted
+    assert ("resource.k8s.io", "resourceclaims", "update") in granted
+    assert ("resource.k8s.io", "resourceclaims/status", "update") in granted
