@@ -5,7 +5,14 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from allocator import AllocationResult, ResourceClaim, allocation_to_obj, parse_resource_claim
+from allocator import (
+    AllocationResult,
+    ParseError,
+    ResourceClaim,
+    allocation_to_obj,
+    parse_allocation,
+    parse_resource_claim,
+)
 from app.dynamicresources import ClaimWriteError
 from app.kube import ApiError, KubeClient
 from app.service import BindError
@@ -55,6 +62,22 @@ def _write_error(claim: ResourceClaim, step: str, exc: ApiError) -> ClaimWriteEr
     return ClaimWriteError(f"resourceclaim {claim.key}: {step}: {exc}", definite=exc.status != 0)
 
 
+def _same_allocation(stored: Any, ours: AllocationResult) -> bool:
+    """Whether a claim's ``status.allocation`` is ours: the same devices for the same requests.
+
+    Compared by results, not as raw JSON, because the API server may add fields we do not write
+    (``allocationTimestamp``) or drop empty ones.
+    """
+    if not isinstance(stored, dict):
+        return False
+    try:
+        theirs = parse_allocation(stored)
+    except ParseError:
+        return False
+    key = lambda r: (r.request, r.driver, r.pool, r.device)  # noqa: E731
+    return sorted(map(key, theirs.devices)) == sorted(map(key, ours.devices))
+
+
 class ApiClaimWriter:
     """PreBind's claim writes against the API server, with the claim's resourceVersion as precondition.
 
@@ -88,7 +111,7 @@ class ApiClaimWriter:
             step = "read"
             try:
                 current = (obj.get("status") or {}).get("allocation")
-                if current is not None and current != wanted:
+                if current is not None and not _same_allocation(current, allocation):
                     raise ClaimWriteError(f"resourceclaim {claim.key} was allocated meanwhile by someone else")
                 metadata = obj.setdefault("metadata", {})
                 if FINALIZER not in (metadata.get("finalizers") or []):
@@ -134,7 +157,6 @@ class ApiClaimWriter:
         self, claim: ResourceClaim, pod: PodInfo, allocation: AllocationResult | None
     ) -> ResourceClaim | None:
         """Remove the pod's reservation; deallocate (and drop the finalizer) if we allocated it."""
-        ours = allocation_to_obj(allocation) if allocation is not None else None
         for attempt in range(_CONFLICT_RETRIES):
             obj = await self._fresh(claim)
             if obj is None:
@@ -144,14 +166,16 @@ class ApiClaimWriter:
                 status = obj.setdefault("status", {})
                 reserved = status.get("reservedFor") or []
                 remaining = [r for r in reserved if r.get("uid") != pod.uid]
-                deallocate = ours is not None and not remaining and status.get("allocation") == ours
+                deallocate = (
+                    allocation is not None and not remaining and _same_allocation(status.get("allocation"), allocation)
+                )
                 if remaining != reserved or deallocate:
                     status["reservedFor"] = remaining or None
                     if deallocate:
                         status.pop("allocation", None)
                     obj = await self._put(claim, obj, status=True)
                 metadata = obj.setdefault("metadata", {})
-                if ours is not None and (obj.get("status") or {}).get("allocation") is None:
+                if allocation is not None and (obj.get("status") or {}).get("allocation") is None:
                     finalizers = metadata.get("finalizers") or []
                     if FINALIZER in finalizers:
                         step = "remove finalizer"

@@ -208,3 +208,25 @@ def test_watched_slices_and_claims_drive_the_filter(fake: FakeAPIServer) -> None
         assert h.service.filter(filter_body(pz, ["d1"]))["NodeNames"] == []
 
     run(fake, body)
+
+
+def test_release_recognises_our_allocation_when_the_server_added_fields(fake: FakeAPIServer) -> None:
+    """Our allocation is found by its devices, not byte equality: extra fields do not leak it."""
+    setup_cluster(fake, "x")
+    pod = fake.add(with_claims(pod_obj("p"), "x"))
+
+    async def body(h: Harness) -> None:
+        h.service.filter(filter_body(pod, ["d1"]))
+        info = h.service._pending[pod["metadata"]["uid"]]
+        proposal = h.cache.dra.proposals[pod["metadata"]["uid"]].by_node["d1"][0]
+        writer = ApiClaimWriter(h.client)
+        stored = await writer.allocate(h.cache.dra.claims["default/x"], proposal, info)
+        annotated = h.claim("x")
+        annotated["status"]["allocation"]["allocationTimestamp"] = "2026-11-23T07:00:00Z"
+        fake.update(annotated)
+        released = await writer.release(stored, info, proposal)
+        assert released is not None and released.allocation is None and not released.reserved_for
+        claim = h.claim("x")
+        assert "allocation" not in claim["status"] and FINALIZER not in claim["metadata"].get("finalizers", [])
+
+    run(fake, body)
