@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from allocator import (
@@ -78,6 +79,18 @@ def _same_allocation(stored: Any, ours: AllocationResult) -> bool:
     return sorted(map(key, theirs.devices)) == sorted(map(key, ours.devices))
 
 
+class _WriteFailed(Exception):
+    """An API write of one step of a claim update failed."""
+
+    def __init__(self, step: str, error: ApiError) -> None:
+        super().__init__(step)
+        self.step = step
+        self.error = error
+
+
+_Change = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
 class ApiClaimWriter:
     """PreBind's claim writes against the API server, with the claim's resourceVersion as precondition.
 
@@ -99,91 +112,88 @@ class ApiClaimWriter:
             return None  # deleted and re-created: not the claim we decided on
         return obj
 
-    async def _put(self, claim: ResourceClaim, obj: dict[str, Any], status: bool) -> dict[str, Any]:
-        return await self.client.put(_claim_path(claim) + ("/status" if status else ""), obj)
+    async def _put(self, claim: ResourceClaim, obj: dict[str, Any], step: str, *, status: bool) -> dict[str, Any]:
+        try:
+            return await self.client.put(_claim_path(claim) + ("/status" if status else ""), obj)
+        except ApiError as exc:
+            raise _WriteFailed(step, exc) from exc
 
-    async def allocate(self, claim: ResourceClaim, allocation: AllocationResult, pod: PodInfo) -> ResourceClaim:
-        wanted = allocation_to_obj(allocation)
+    async def _update(self, claim: ResourceClaim, change: _Change, *, gone_ok: bool = False) -> ResourceClaim | None:
+        """Apply ``change`` to a fresh read of the claim; a 409 Conflict starts again from a new read."""
         for attempt in range(_CONFLICT_RETRIES):
             obj = await self._fresh(claim)
             if obj is None:
+                if gone_ok:
+                    return None
                 raise ClaimWriteError(f"resourceclaim {claim.key} no longer exists")
-            step = "read"
             try:
-                current = (obj.get("status") or {}).get("allocation")
-                if current is not None and not _same_allocation(current, allocation):
-                    raise ClaimWriteError(f"resourceclaim {claim.key} was allocated meanwhile by someone else")
-                metadata = obj.setdefault("metadata", {})
-                if FINALIZER not in (metadata.get("finalizers") or []):
-                    step = "add finalizer"
-                    metadata["finalizers"] = [*(metadata.get("finalizers") or []), FINALIZER]
-                    obj = await self._put(claim, obj, status=False)
-                status = obj.setdefault("status", {})
-                reserved = status.get("reservedFor") or []
-                if current is None or all(r.get("uid") != pod.uid for r in reserved):
-                    step = "write status"
-                    status["allocation"] = wanted
-                    if all(r.get("uid") != pod.uid for r in reserved):
-                        status["reservedFor"] = [*reserved, _consumer(pod)]
-                    obj = await self._put(claim, obj, status=True)
-                return parse_resource_claim(obj)
-            except ApiError as exc:
-                if exc.status == 409 and attempt + 1 < _CONFLICT_RETRIES:
+                return parse_resource_claim(await change(obj))
+            except _WriteFailed as failed:
+                if failed.error.status == 409 and attempt + 1 < _CONFLICT_RETRIES:
                     continue
-                raise _write_error(claim, step, exc) from exc
+                raise _write_error(claim, failed.step, failed.error) from failed.error
         raise AssertionError("unreachable")  # pragma: no cover
 
+    async def allocate(self, claim: ResourceClaim, allocation: AllocationResult, pod: PodInfo) -> ResourceClaim:
+        async def change(obj: dict[str, Any]) -> dict[str, Any]:
+            current = (obj.get("status") or {}).get("allocation")
+            if current is not None and not _same_allocation(current, allocation):
+                raise ClaimWriteError(f"resourceclaim {claim.key} was allocated meanwhile by someone else")
+            metadata = obj.setdefault("metadata", {})
+            if FINALIZER not in (metadata.get("finalizers") or []):
+                metadata["finalizers"] = [*(metadata.get("finalizers") or []), FINALIZER]
+                obj = await self._put(claim, obj, "add finalizer", status=False)
+            status = obj.setdefault("status", {})
+            reserved = status.get("reservedFor") or []
+            if current is None or all(r.get("uid") != pod.uid for r in reserved):
+                status["allocation"] = allocation_to_obj(allocation)
+                if all(r.get("uid") != pod.uid for r in reserved):
+                    status["reservedFor"] = [*reserved, _consumer(pod)]
+                obj = await self._put(claim, obj, "write status", status=True)
+            return obj
+
+        stored = await self._update(claim, change)
+        assert stored is not None
+        return stored
+
     async def reserve(self, claim: ResourceClaim, pod: PodInfo) -> ResourceClaim:
-        for attempt in range(_CONFLICT_RETRIES):
-            obj = await self._fresh(claim)
-            if obj is None:
-                raise ClaimWriteError(f"resourceclaim {claim.key} no longer exists")
+        async def change(obj: dict[str, Any]) -> dict[str, Any]:
             status = obj.setdefault("status", {})
             if status.get("allocation") is None:
                 raise ClaimWriteError(f"resourceclaim {claim.key} was deallocated meanwhile")
             reserved = status.get("reservedFor") or []
             if any(r.get("uid") == pod.uid for r in reserved):
-                return parse_resource_claim(obj)
+                return obj
             status["reservedFor"] = [*reserved, _consumer(pod)]
-            try:
-                return parse_resource_claim(await self._put(claim, obj, status=True))
-            except ApiError as exc:
-                if exc.status == 409 and attempt + 1 < _CONFLICT_RETRIES:
-                    continue
-                raise _write_error(claim, "write status", exc) from exc
-        raise AssertionError("unreachable")  # pragma: no cover
+            return await self._put(claim, obj, "write status", status=True)
+
+        stored = await self._update(claim, change)
+        assert stored is not None
+        return stored
 
     async def release(
         self, claim: ResourceClaim, pod: PodInfo, allocation: AllocationResult | None
     ) -> ResourceClaim | None:
         """Remove the pod's reservation; deallocate (and drop the finalizer) if we allocated it."""
-        for attempt in range(_CONFLICT_RETRIES):
-            obj = await self._fresh(claim)
-            if obj is None:
-                return None
-            step = "write status"
-            try:
-                status = obj.setdefault("status", {})
-                reserved = status.get("reservedFor") or []
-                remaining = [r for r in reserved if r.get("uid") != pod.uid]
-                deallocate = (
-                    allocation is not None and not remaining and _same_allocation(status.get("allocation"), allocation)
-                )
-                if remaining != reserved or deallocate:
-                    status["reservedFor"] = remaining or None
-                    if deallocate:
-                        status.pop("allocation", None)
-                    obj = await self._put(claim, obj, status=True)
-                metadata = obj.setdefault("metadata", {})
-                if allocation is not None and (obj.get("status") or {}).get("allocation") is None:
-                    finalizers = metadata.get("finalizers") or []
-                    if FINALIZER in finalizers:
-                        step = "remove finalizer"
-                        metadata["finalizers"] = [f for f in finalizers if f != FINALIZER]
-                        obj = await self._put(claim, obj, status=False)
-                return parse_resource_claim(obj)
-            except ApiError as exc:
-                if exc.status == 409 and attempt + 1 < _CONFLICT_RETRIES:
-                    continue
-                raise _write_error(claim, step, exc) from exc
-        raise AssertionError("unreachable")  # pragma: no cover
+
+        async def change(obj: dict[str, Any]) -> dict[str, Any]:
+            status = obj.setdefault("status", {})
+            reserved = status.get("reservedFor") or []
+            remaining = [r for r in reserved if r.get("uid") != pod.uid]
+            deallocate = (
+                allocation is not None and not remaining and _same_allocation(status.get("allocation"), allocation)
+            )
+            if remaining != reserved or deallocate:
+                status["reservedFor"] = remaining or None
+                if deallocate:
+                    status.pop("allocation", None)
+                obj = await self._put(claim, obj, "write status", status=True)
+            metadata = obj.setdefault("metadata", {})
+            if allocation is not None and (obj.get("status") or {}).get("allocation") is None:
+                finalizers = metadata.get("finalizers") or []
+                if FINALIZER in finalizers:
+                    metadata["finalizers"] = [f for f in finalizers if f != FINALIZER]
+                    obj = await self._put(claim, obj, "remove finalizer", status=False)
+            return obj
+
+        return await self._update(claim, change, gone_ok=True)
