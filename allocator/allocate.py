@@ -326,7 +326,9 @@ class _Search:
         ok = True
         for i in indices:
             candidate = self.candidates[i]
-            if self._in_use(c, candidate.id, alt.admin_access):
+            # In use or an untolerated taint: "All" cannot be met (taints are checked when a device
+            # is allocated, as upstream does, so they never shrink the list to a subset).
+            if self._in_use(c, candidate.id, alt.admin_access) or not _tolerated(candidate, alt.tolerations):
                 ok = False
                 break
             if not self._push(c, alt, candidate):
@@ -372,16 +374,17 @@ class _Search:
         if found is None:
             device = candidate.device
             found = (
-                not device.unsupported
-                and _tolerated(candidate, alt.tolerations)
-                and self.allocator.selectable(candidate, alt)
-                and i not in self.pools.off_node
+                not device.unsupported and self.allocator.selectable(candidate, alt) and i not in self.pools.off_node
             )
             self._selectable[key] = found
         return found
 
     def _usable(self, c: int, i: int, candidate: Candidate, alt: _Alternative) -> bool:
-        return not self._in_use(c, candidate.id, alt.admin_access) and self._selectable_for(i, candidate, alt)
+        return (
+            not self._in_use(c, candidate.id, alt.admin_access)
+            and self._selectable_for(i, candidate, alt)
+            and _tolerated(candidate, alt.tolerations)
+        )
 
     def _push(self, c: int, alt: _Alternative, candidate: Candidate) -> bool:
         """Take the device for the claim if every constraint accepts it (rolled back otherwise)."""

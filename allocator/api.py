@@ -14,6 +14,7 @@ annotations ``dra.kube-gpu-extender.io/priority`` / ``dra.kube-gpu-extender.io/p
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -73,6 +74,7 @@ PRIORITY_ANNOTATION = "dra.kube-gpu-extender.io/priority"
 POOL_PRIORITY_ANNOTATION = "dra.kube-gpu-extender.io/pool-priority"
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_INT_TEXT = re.compile(r"[+-]?[0-9]+")
 
 
 class ParseError(ValueError):
@@ -516,10 +518,10 @@ def _priority(o: _Obj, spec_value: Any, spec_path: str, annotations: Mapping[str
     text = annotations.get(annotation)
     if text is None:
         return 0
-    try:
-        value = int(text.strip(), 10)
-    except ValueError:
-        raise o.fail(f"metadata.annotations[{annotation!r}]", f"must be an int64, not {text!r}") from None
+    # Go's strconv.ParseInt syntax: Python's int() would also take "1_000" and non-ASCII digits.
+    if _INT_TEXT.fullmatch(text.strip()) is None:
+        raise o.fail(f"metadata.annotations[{annotation!r}]", f"must be an int64, not {text!r}")
+    value = int(text.strip(), 10)
     if not _INT64_MIN <= value <= _INT64_MAX:
         raise o.fail(f"metadata.annotations[{annotation!r}]", "out of the int64 range")
     return value

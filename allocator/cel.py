@@ -97,7 +97,12 @@ def _parse_semver(text: str, normalize: bool = False) -> dict[str, str]:
     canonical = _normalize_semver(text) if normalize else text
     if _SEMVER_RE.match(canonical) is None:
         raise SelectorError(f"semver({text!r}): not a semantic version")
-    return {"__kind": _SEMVER, "v": canonical}
+    return _semver_value(canonical)
+
+
+def _semver_value(text: str) -> dict[str, str]:
+    """Without build metadata: precedence ignores it, so CEL's ``==`` must too (k8s: EQ is compare == 0)."""
+    return {"__kind": _SEMVER, "v": text.partition("+")[0]}
 
 
 def _is_semver(text: str, normalize: bool = False) -> bool:
@@ -201,7 +206,7 @@ def _functions() -> list[Any]:
 
 def _attribute_value(attr: Attribute) -> Any:
     if attr.kind == "version":
-        return {"__kind": _SEMVER, "v": attr.value}
+        return _semver_value(attr.value)
     return attr.value
 
 

@@ -8,7 +8,8 @@ Gathering, for one node (upstream semantics):
 
 1. relevant slices: ``nodeName`` is the node, ``allNodes``, a matching ``nodeSelector``, a
    ``perDeviceNodeSelection`` slice with at least one device for the node, and every slice with
-   ``sharedCounters``; anything else is a future extension and skipped;
+   ``sharedCounters`` (whose devices, though, only count where the slice's own node selection
+   matches); anything else is a future extension and skipped;
 2. per (driver, pool) keep the relevant slices of the highest generation seen;
 3. complete if their number is the pool's ``resourceSliceCount``; otherwise all slices of the pool
    are scanned: a higher generation elsewhere makes the pool *obsolete* (dropped silently), else it
@@ -240,6 +241,14 @@ def gather_pools(
     off_node: set[int] = set()
     for pool in usable:
         for s in pool.slices:
+            # A counter slice's counter sets are part of every node's view of the pool; its devices
+            # only of the nodes the slice itself names.
+            if (
+                s.shared_counters
+                and not s.per_device_node_selection
+                and not _node_matches(node, s.node_name, s.all_nodes, s.node_selector)
+            ):
+                continue
             flat.extend(candidates[s.name])
     # Per-device node selection is decided per node, after the selectors (as upstream's isSelectable).
     for i, c in enumerate(flat):

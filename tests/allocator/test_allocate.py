@@ -448,6 +448,26 @@ def test_a_toleration_for_another_effect_does_not_help() -> None:
     assert outcome == Unschedulable(REASON_CANNOT_ALLOCATE)
 
 
+def test_all_mode_with_an_untolerated_tainted_device_is_unschedulable() -> None:
+    # Upstream checks taints when a device is allocated, after it was listed for "All": every
+    # selectable device must be untainted or tolerated, else there is no solution (not a subset).
+    slices = [slice_obj("s", [gpu("g0"), tainted("g1", "NoSchedule")])]
+    outcome = allocate(slices, claim("c", exactly("gpu", mode="All")))
+    assert outcome == Unschedulable(REASON_CANNOT_ALLOCATE)
+
+
+def test_all_mode_with_a_tolerated_tainted_device_takes_every_device() -> None:
+    toleration = {"key": "maintenance", "operator": "Exists"}
+    slices = [slice_obj("s", [gpu("g0"), tainted("g1", "NoSchedule")])]
+    outcome = allocate(slices, claim("c", exactly("gpu", mode="All", tolerations=[toleration])))
+    assert picked(outcome) == ["g0", "g1"]
+
+
+def test_all_mode_ignores_none_effect_taints() -> None:
+    slices = [slice_obj("s", [gpu("g0"), tainted("g1", "None")])]
+    assert picked(allocate(slices, claim("c", exactly("gpu", mode="All")))) == ["g0", "g1"]
+
+
 # ---------------------------------------------------------------------------------------- unsupported features
 
 
@@ -470,8 +490,10 @@ def test_devices_needing_unsupported_features_are_never_allocated(extra: dict[st
     assert allocate([only_odd], claim()) == Unschedulable(REASON_CANNOT_ALLOCATE)
 
 
-def test_all_mode_skips_unsupported_devices() -> None:
-    s = slice_obj("s", [{**gpu("odd"), "allowMultipleAllocations": True}, gpu("plain")])
+def test_all_mode_skips_binding_condition_devices() -> None:
+    # Reference section 5: devices with bindingConditions are not selectable while the feature is
+    # off, so "All" means all *other* devices.
+    s = slice_obj("s", [{**gpu("odd"), "bindingConditions": ["attached"]}, gpu("plain")], pool="p")
     assert picked(allocate([s], claim("c", exactly("gpu", mode="All")))) == ["plain"]
 
 

@@ -131,6 +131,14 @@ def test_a_prerelease_is_older_than_its_release() -> None:
     assert matches('semver("1.0.0-alpha").isLessThan(semver("1.0.0-beta"))')
 
 
+def test_semver_equality_ignores_build_metadata_like_compare_to() -> None:
+    # SemVer 2.0 precedence ignores build metadata; the Kubernetes Semver type's == is
+    # "compare == 0", so both must agree that 1.2.3+build.7 and 1.2.3 are the same version.
+    assert matches('semver("1.2.3+build.7").compareTo(semver("1.2.3")) == 0')
+    assert matches('semver("1.2.3+build.7") == semver("1.2.3")')
+    assert matches(f'device.attributes["{DRIVER}"].driverVersion == semver("1.2.3+other")')
+
+
 def test_semver_parts_and_normalisation() -> None:
     assert matches('semver("3.4.5").major() == 3 && semver("3.4.5").minor() == 4 && semver("3.4.5").patch() == 5')
     assert matches('semver("v1.2", true) == semver("1.2.0")')

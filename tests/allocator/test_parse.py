@@ -39,7 +39,7 @@ def test_spec_priority_zero_still_overrides_the_annotation() -> None:
 
 
 @pytest.mark.parametrize("annotation", [PRIORITY_ANNOTATION, POOL_PRIORITY_ANNOTATION])
-@pytest.mark.parametrize("text", ["high", "1.5", "", "0x10"])
+@pytest.mark.parametrize("text", ["high", "1.5", "", "0x10", "1_000", "\u0663"])
 def test_a_bad_priority_annotation_is_a_parse_error_naming_the_annotation(annotation: str, text: str) -> None:
     obj = slice_obj("s", [gpu("g0")])
     obj["metadata"]["annotations"][annotation] = text
