@@ -6,6 +6,7 @@ Used for slice relevance (a slice's or device's ``nodeSelector``) and for alread
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 from allocator.api import NodeRef, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm
@@ -13,6 +14,7 @@ from allocator.api import NodeRef, NodeSelector, NodeSelectorRequirement, NodeSe
 __all__ = ["node_selector_matches", "node_selector_to_obj", "term_matches"]
 
 _NAME_FIELD = "metadata.name"
+_INT_TEXT = re.compile(r"[+-]?[0-9]+")
 
 
 def _expression_matches(req: NodeSelectorRequirement, labels: Mapping[str, str]) -> bool:
@@ -30,10 +32,10 @@ def _expression_matches(req: NodeSelectorRequirement, labels: Mapping[str, str])
         # One integer value; a label that is not an integer never matches.
         if value is None or len(req.values) != 1:
             return False
-        try:
-            have, want = int(value), int(req.values[0])
-        except ValueError:
+        # strconv.ParseInt syntax: Python's int() would also read "1_0" (a valid label value) as 10.
+        if _INT_TEXT.fullmatch(value) is None or _INT_TEXT.fullmatch(req.values[0]) is None:
             return False
+        have, want = int(value), int(req.values[0])
         return have > want if op == "Gt" else have < want
     return False  # an unknown operator makes the term invalid: it matches nothing
 
