@@ -273,7 +273,9 @@ class _Search:
         self.pools = pools
         self.states = states
         self.candidates = pools.candidates
-        self.picked: dict[DeviceID, tuple[int, bool]] = {}  # device -> (claim index, admin access)
+        # device -> its holders in this attempt, (claim index, admin access), in push order: with
+        # admin access several claims can hold one device, and each pop must drop only its own hold.
+        self.picked: dict[DeviceID, list[tuple[int, bool]]] = {}
         self._selectable: dict[tuple[int, int], bool] = {}  # (candidate index, id(alternative))
         self._all: dict[int, list[int]] = {}  # id(alternative) -> candidate indices of an All request
 
@@ -360,13 +362,13 @@ class _Search:
 
     # ------------------------------------------------------------------ per candidate
     def _in_use(self, c: int, device: DeviceID, admin: bool) -> bool:
-        holder = self.picked.get(device)
+        holders = self.picked.get(device)
         if admin:
             # Admin access ignores other claims' allocations, but never takes a device twice in one claim.
-            return holder is not None and holder[0] == c
+            return holders is not None and any(claim == c for claim, _ in holders)
         if device in self.allocator.allocated:
             return True
-        return holder is not None and (not holder[1] or holder[0] == c)
+        return holders is not None and any(not held_admin or claim == c for claim, held_admin in holders)
 
     def _selectable_for(self, i: int, candidate: Candidate, alt: _Alternative) -> bool:
         key = (i, id(alt))
@@ -399,13 +401,16 @@ class _Search:
                 return False
             applied.append(constraint)
         state.picked.append((alt, candidate))
-        self.picked[candidate.id] = (c, alt.admin_access)
+        self.picked.setdefault(candidate.id, []).append((c, alt.admin_access))
         return True
 
     def _pop(self, c: int) -> None:
         state = self.states[c]
         alt, candidate = state.picked.pop()
-        del self.picked[candidate.id]
+        holders = self.picked[candidate.id]
+        holders.pop()  # the search is depth-first, so the last hold is this one
+        if not holders:
+            del self.picked[candidate.id]
         for constraint in state.constraints:
             if constraint.applies(alt):
                 constraint.remove()

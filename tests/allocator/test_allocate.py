@@ -397,6 +397,25 @@ def test_admin_access_never_takes_one_device_twice_in_a_claim() -> None:
     assert allocate([slice_obj("s", named("g0"))], c) == Unschedulable(REASON_CANNOT_ALLOCATE)
 
 
+def test_a_later_claim_may_share_a_device_an_earlier_claim_holds_with_admin_access() -> None:
+    # Admin-access results never count as allocated (reference section 7), so claim "b" may take g0.
+    outcome = allocate([slice_obj("s", named("g0"))], claim("a", exactly("gpu", admin_access=True)), claim("b"))
+    assert picked(outcome, 0) == ["g0"]
+    assert picked(outcome, 1) == ["g0"]
+
+
+def test_backtracking_over_a_device_shared_with_an_admin_claim_is_unschedulable() -> None:
+    # "a" holds g0 with admin access; "b" takes g0 too, needs a second device, finds none and
+    # backs off; the search then backs out of "a" as well. One device cannot give "b" two:
+    # the answer is Unschedulable (this used to lose "a"'s hold on g0 and crash with KeyError).
+    outcome = allocate(
+        [slice_obj("s", named("g0"))],
+        claim("a", exactly("gpu", admin_access=True)),
+        claim("b", exactly("gpu", count=2)),
+    )
+    assert outcome == Unschedulable(REASON_CANNOT_ALLOCATE)
+
+
 def test_a_normal_result_has_no_admin_access_field() -> None:
     outcome = allocate([slice_obj("s", named("g0"))], claim())
     assert isinstance(outcome, Allocated)
