@@ -196,6 +196,23 @@ def test_class_selectors_apply_together_with_request_selectors() -> None:
     assert picked(outcome) == ["g2"]
 
 
+def test_class_selectors_run_first_and_stop_at_the_first_false() -> None:
+    # g0 has no "tier" attribute: the request's selector would fail at runtime on it, but the
+    # class selector (H100 only) already refused g0, so it is never evaluated there.
+    devices = [gpu("g0", model="A100"), gpu("g1", model="H100", tier=1)]
+    cls = device_class("h100", f'device.attributes["{DRIVER}"].model == "H100"')
+    req = exactly("gpu", f'device.attributes["{DRIVER}"].tier == 1', device_class_name="h100")
+    assert picked(allocate([slice_obj("s", devices)], claim("c", req), classes=[cls])) == ["g1"]
+
+
+def test_an_obsolete_pool_alone_is_unschedulable_without_the_invalid_reason() -> None:
+    slices = [
+        slice_obj("old", named("x"), pool="q", count=2, generation=1),
+        slice_obj("new", named("y"), node="node-2", pool="q", count=2, generation=2),
+    ]
+    assert allocate(slices, claim()) == Unschedulable(REASON_CANNOT_ALLOCATE)
+
+
 # ---------------------------------------------------------------------------------------- All
 
 
@@ -243,7 +260,31 @@ def test_all_mode_ignores_an_obsolete_pool() -> None:
     assert picked(allocate(slices, claim("c", exactly("gpu", mode="All")))) == ["g0"]
 
 
+def test_all_mode_with_a_device_breaking_a_constraint_is_an_allocation_error() -> None:
+    # Reference section 5: for "All", a device that violates a constraint is a hard error.
+    devices = [gpu("g0", model="A100"), gpu("g1", model="H100")]
+    c = claim("c", exactly("gpu", mode="All"), constraints=[{"matchAttribute": f"{DRIVER}/model"}])
+    with pytest.raises(AllocationError, match="does not satisfy the claim's constraints"):
+        allocate([slice_obj("s", devices)], c)
+
+
+def test_all_mode_with_admin_access_takes_allocated_devices_too() -> None:
+    taken = frozenset({DeviceID(DRIVER, NODE, "g0")})
+    c = claim("c", exactly("gpu", mode="All", admin_access=True))
+    assert picked(allocate([slice_obj("s", named("g0", "g1"))], c, allocated=taken)) == ["g0", "g1"]
+
+
 # ---------------------------------------------------------------------------------------- firstAvailable
+
+
+def test_first_available_can_fall_back_to_all_devices() -> None:
+    req = first_available("gpu", sub("big", memory_at_least("40Gi")), sub("every", mode="All"))
+    outcome = allocate([slice_obj("s", sized("8Gi", "16Gi"))], claim("c", req))
+    assert isinstance(outcome, Allocated)
+    assert [(r.request, r.device) for r in outcome.results[0].devices] == [
+        ("gpu/every", "gpu-8gi"),
+        ("gpu/every", "gpu-16gi"),
+    ]
 
 
 def test_first_available_uses_the_first_subrequest_that_fits() -> None:
@@ -683,6 +724,19 @@ def test_node_selector_slices_merge_into_one_term_without_duplicates() -> None:
     assert allocation_to_obj(outcome.results[0])["nodeSelector"] == {
         "nodeSelectorTerms": [{"matchExpressions": [rack, zone]}]
     }
+
+
+def test_requirements_with_the_same_values_in_another_order_are_duplicates() -> None:
+    # Requirements are compared by (key, operator, set of values): In [r1, r2] == In [r2, r1].
+    a = {"nodeSelectorTerms": [{"matchExpressions": [{"key": "rack", "operator": "In", "values": ["r1", "r2"]}]}]}
+    b = {"nodeSelectorTerms": [{"matchExpressions": [{"key": "rack", "operator": "In", "values": ["r2", "r1"]}]}]}
+    slices = [
+        slice_obj("s-a", named("a"), pool="a", node_selector=a),
+        slice_obj("s-b", named("b"), pool="b", node_selector=b),
+    ]
+    outcome = allocate(slices, claim("c", exactly("gpu", count=2)), node=NodeRef(NODE, {"rack": "r1"}))
+    assert isinstance(outcome, Allocated)
+    assert allocation_to_obj(outcome.results[0])["nodeSelector"] == a
 
 
 def test_a_node_local_device_wins_over_node_selector_slices() -> None:
