@@ -196,3 +196,75 @@ def test_memoised_pools_always_equal_a_fresh_gathering(operations: list[Op]) -> 
             fresh.upsert(parse_resource_slice(obj))
         for node in (NodeRef("node-1", labels), NodeRef("node-2", {"rack": "r2"})):
             assert view(memo, node) == view(fresh, node)
+
+
+# ---------------------------------------------------------------------------------------- admin access
+
+AdminRequest = tuple[int, str | None, bool]  # (count, model or any, admin access)
+
+
+@dataclass(frozen=True)
+class AdminCase:
+    devices: tuple[str, ...]  # model per device
+    taken: frozenset[int]
+    claims: tuple[tuple[AdminRequest, ...], ...]
+
+
+@st.composite
+def admin_cases(draw: st.DrawFn) -> AdminCase:
+    n = draw(st.integers(1, 3))
+    devices = tuple(draw(st.sampled_from(MODELS)) for _ in range(n))
+    taken = frozenset(draw(st.sets(st.integers(0, n - 1), max_size=2)))
+    request = st.tuples(st.integers(1, 2), st.sampled_from((None, *MODELS)), st.booleans())
+    claims = draw(st.lists(st.lists(request, min_size=1, max_size=2).map(tuple), min_size=1, max_size=2))
+    return AdminCase(devices, taken, tuple(claims))
+
+
+def admin_feasible(case: AdminCase) -> bool:
+    """Brute force over every device per slot (repeats allowed), with the rules of reference section 5:
+    a device is used at most once per claim; non-admin uses are free devices used by no other
+    non-admin slot; admin uses may take allocated devices and devices other claims use."""
+    slots = [
+        (c, model, admin) for c, reqs in enumerate(case.claims) for count, model, admin in reqs for _ in range(count)
+    ]
+    for chosen in itertools.product(range(len(case.devices)), repeat=len(slots)):
+        pairs = list(zip(slots, chosen, strict=True))
+        if any(model is not None and case.devices[d] != model for (_, model, _), d in pairs):
+            continue
+        per_claim = [(c, d) for (c, _, _), d in pairs]
+        if len(set(per_claim)) != len(per_claim):
+            continue
+        plain = [d for (_, _, admin), d in pairs if not admin]
+        if len(set(plain)) != len(plain) or any(d in case.taken for d in plain):
+            continue
+        return True
+    return False
+
+
+@settings(max_examples=150, deadline=None)
+@given(admin_cases())
+def test_admin_access_search_finds_a_solution_exactly_when_one_exists(case: AdminCase) -> None:
+    devices = [gpu(f"g{i}", model=model) for i, model in enumerate(case.devices)]
+    taken = frozenset(DeviceID(DRIVER, NODE, f"g{i}") for i in case.taken)
+    claims = [
+        claim(
+            f"c{c}",
+            *(
+                exactly(f"r{r}", *selectors(model), count=count, admin_access=admin)
+                for r, (count, model, admin) in enumerate(reqs)
+            ),
+        )
+        for c, reqs in enumerate(case.claims)
+    ]
+    outcome = allocate([slice_obj("s", devices)], *claims, allocated=taken)
+    assert isinstance(outcome, Allocated | Unschedulable)
+    assert isinstance(outcome, Allocated) == admin_feasible(case)
+    if not isinstance(outcome, Allocated):
+        return
+    plain: list[int] = []
+    for result in outcome.results:
+        used = [int(d.device[1:]) for d in result.devices]
+        assert len(set(used)) == len(used)
+        plain += [int(d.device[1:]) for d in result.devices if not d.admin_access]
+    assert len(set(plain)) == len(plain)
+    assert not set(plain) & case.taken
