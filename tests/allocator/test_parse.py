@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from allocator import POOL_PRIORITY_ANNOTATION, PRIORITY_ANNOTATION, ParseError, parse_resource_slice
+from allocator import (
+    POOL_PRIORITY_ANNOTATION,
+    PRIORITY_ANNOTATION,
+    DeviceID,
+    ParseError,
+    allocated_device_ids,
+    parse_allocation,
+    parse_resource_claim,
+    parse_resource_slice,
+)
 from allocator.api import ALLOCATION_MODE_ALL
 from tests.allocator.builders import claim, exactly, first_available, gpu, slice_obj, sub
 
@@ -153,3 +162,38 @@ def test_first_available_subrequests_keep_their_order_and_modes() -> None:
     parsed = claim("c", first_available("gpu", sub("big", count=2), sub("all", mode=ALLOCATION_MODE_ALL)))
     subs = parsed.requests[0].first_available
     assert [(s.name, s.count, s.allocation_mode) for s in subs] == [("big", 2, "ExactCount"), ("all", 1, "All")]
+
+
+# ---------------------------------------------------------------------------------------- allocations
+
+
+def test_parse_allocation_names_the_missing_field() -> None:
+    obj = {"devices": {"results": [{"request": "gpu", "driver": "gpu.example.com", "pool": "p"}]}}
+    with pytest.raises(ParseError, match=r"devices\.results\[0\]\.device: required"):
+        parse_allocation(obj)
+
+
+def test_allocated_device_ids_leave_out_admin_access_results() -> None:
+    obj = {
+        "devices": {
+            "results": [
+                {"request": "a", "driver": "d", "pool": "p", "device": "x"},
+                {"request": "b", "driver": "d", "pool": "p", "device": "y", "adminAccess": True},
+                {"request": "c", "driver": "d", "pool": "p", "device": "z", "adminAccess": False},
+            ]
+        }
+    }
+    assert allocated_device_ids(parse_allocation(obj)) == [DeviceID("d", "p", "x"), DeviceID("d", "p", "z")]
+
+
+def test_claim_status_allocation_is_parsed_with_its_path() -> None:
+    parsed = claim("c")
+    assert parsed.allocation is None
+    with pytest.raises(ParseError, match=r"status\.allocation\.devices\.results\[0\]\.pool: required"):
+        parse_resource_claim(
+            {
+                "metadata": {"name": "c", "namespace": "default"},
+                "spec": {"devices": {"requests": [exactly()]}},
+                "status": {"allocation": {"devices": {"results": [{"request": "gpu", "driver": "d", "device": "x"}]}}},
+            }
+        )
