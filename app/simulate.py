@@ -215,7 +215,15 @@ def load_pods_csv(path: str | Path) -> list[SimPod]:
         spec = frozenset(m.strip() for m in (row.get("gpu_spec") or "").split("|") if m.strip())
         pods.append(
             SimPod(
-                name, _pod_body(name, cpu, memory * MIB, gpus), cpu, memory * MIB, gpus, gpu_milli, spec, created, deleted
+                name,
+                _pod_body(name, cpu, memory * MIB, gpus),
+                cpu,
+                memory * MIB,
+                gpus,
+                gpu_milli,
+                spec,
+                created,
+                deleted,
             )
         )
     return pods
