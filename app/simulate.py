@@ -116,6 +116,12 @@ class SimPod:
     gpu_spec: frozenset[str] = frozenset()  # allowed GPU models; empty = any
     created: float = 0.0
     deleted: float | None = None
+    namespace: str = NAMESPACE
+    uid: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.uid:
+            object.__setattr__(self, "uid", f"{self.namespace}-{self.name}")
 
     @property
     def kind(self) -> str:
@@ -258,6 +264,8 @@ def _yaml_pods(path: str | Path) -> list[SimPod]:
                 1000 if gpus else 0,
                 frozenset([selector]) if selector else frozenset(),
                 float(index),
+                namespace=info.namespace,
+                uid=info.uid,
             )
         )
     return pods
@@ -329,6 +337,7 @@ class PolicyResult:
     final_allocated_gpus: int = 0
     wall_seconds: float = 0.0
     curve: list[tuple[int, int]] = field(default_factory=list)  # (submitted GPU demand, allocated GPUs)
+    placements: dict[str, str] = field(default_factory=dict)  # pod name -> node, of pods running at the end
 
     @property
     def gpu_demand_share(self) -> float:
@@ -400,7 +409,7 @@ class _Scheduler:
         best = max(entry["Score"] for entry in scores)
         ties = [entry["Host"] for entry in scores if entry["Score"] == best]
         node: str = ties[0] if len(ties) == 1 else self.rng.choice(ties)
-        bind = {"PodName": pod.name, "PodNamespace": NAMESPACE, "PodUID": f"{NAMESPACE}-{pod.name}", "Node": node}
+        bind = {"PodName": pod.name, "PodNamespace": pod.namespace, "PodUID": pod.uid, "Node": node}
         answer = await self.service.bind(_encode(bind))
         if answer["Error"]:
             raise RuntimeError(f"bind of {pod.name} to {node} failed: {answer['Error']}")
@@ -444,8 +453,9 @@ async def _run(
         if not is_creation:
             node = placed_on.pop(index, None)
             if node is not None:
-                scheduler.cache.delete_pod(f"{NAMESPACE}-{pod.name}")
+                scheduler.cache.delete_pod(pod.uid)
                 allocated -= pod.gpus
+                del result.placements[pod.name]
         else:
             result.gpu_demand += pod.gpus
             result.shared_gpu_pods += pod.shares_gpu
@@ -460,7 +470,7 @@ async def _run(
                     )
             else:
                 result.placed[pod.kind] += 1
-                placed_on[index] = node
+                placed_on[index] = result.placements[pod.name] = node
                 allocated += pod.gpus
                 result.gpu_placed += pod.gpus
                 result.cpu_pods_on_gpu_nodes += pod.gpus == 0 and scheduler.nodes[node].gpus > 0
