@@ -136,9 +136,9 @@ def test_snapshot_nodes_and_yaml_pod_list(tmp_path: Path) -> None:
     assert result.placements["web"].startswith("cpu-")  # hand-check: SRA scores GPU nodes 0 for a CPU pod
 
 
-def test_a_pod_list_without_pods_in_it_is_an_error_for_nodes_only(tmp_path: Path) -> None:
+def test_bad_yaml_pods_and_node_less_snapshots_are_errors(tmp_path: Path) -> None:
     path = write(tmp_path, "pods.yaml", yaml.safe_dump(pod_obj("x", cpu="lots")))
-    with pytest.raises(TraceError, match="pods.yaml: pod 0: Pod default/x"):
+    with pytest.raises(TraceError, match=r"pods\.yaml: pod 0: Pod default/x"):
         load_pods(path)
     with pytest.raises(TraceError, match="no schedulable Node objects"):
         load_snapshot_nodes(write(tmp_path, "empty.yaml", yaml.safe_dump(node_obj("n") | {"kind": "Pod"})))
