@@ -81,7 +81,14 @@ _BASELINE_PLUGINS: Mapping[str, list[dict[str, Any]]] = {
 }
 
 _encode = msgspec.json.encode
-_decode_priorities = msgspec.json.Decoder(list[dict[str, Any]])
+
+
+class _HostPriority(msgspec.Struct):
+    Host: str
+    Score: int
+
+
+_decode_priorities = msgspec.json.Decoder(list[_HostPriority])
 
 
 class TraceError(ValueError):
@@ -406,8 +413,8 @@ class _Scheduler:
         priorities = self.service.prioritize(pod_part + _encode(passed) + b"}")
         raw = priorities if isinstance(priorities, msgspec.Raw) else _encode(priorities)
         scores = _decode_priorities.decode(raw)
-        best = max(entry["Score"] for entry in scores)
-        ties = [entry["Host"] for entry in scores if entry["Score"] == best]
+        best = max(entry.Score for entry in scores)
+        ties = [entry.Host for entry in scores if entry.Score == best]
         node: str = ties[0] if len(ties) == 1 else self.rng.choice(ties)
         bind = {"PodName": pod.name, "PodNamespace": pod.namespace, "PodUID": pod.uid, "Node": node}
         answer = await self.service.bind(_encode(bind))
