@@ -342,6 +342,7 @@ class PolicyResult:
     cpu_pods_on_gpu_nodes: int = 0
     first_gpu_failure: FirstFailure | None = None
     final_allocated_gpus: int = 0
+    peak_allocated_gpus: int = 0
     wall_seconds: float = 0.0
     curve: list[tuple[int, int]] = field(default_factory=list)  # (submitted GPU demand, allocated GPUs)
     placements: dict[str, str] = field(default_factory=dict)  # pod name -> node, of pods running at the end
@@ -375,6 +376,7 @@ class PolicyResult:
                 "fragmentedGpus": failure.fragmented_gpus,
             },
             "finalAllocatedGpus": self.final_allocated_gpus,
+            "peakAllocatedGpus": self.peak_allocated_gpus,
             "wallSeconds": round(self.wall_seconds, 3),
         }
 
@@ -434,10 +436,16 @@ class _Scheduler:
 
 
 def _events(pods: Sequence[SimPod], mode: str) -> list[tuple[float, int, int]]:
-    """(time, 0 = deletion / 1 = creation, pod index): deletions at a timestamp free capacity first."""
+    """(time, order, pod index), order 0 = deletion, 1 = creation, 2 = deletion of a pod created at
+    that same instant: deletions free capacity before that instant's creations, never before the
+    pod's own creation."""
     events = [(pod.created, 1, index) for index, pod in enumerate(pods)]
     if mode == "replay":
-        events += [(pod.deleted, 0, index) for index, pod in enumerate(pods) if pod.deleted is not None]
+        events += [
+            (pod.deleted, 0 if pod.deleted > pod.created else 2, index)
+            for index, pod in enumerate(pods)
+            if pod.deleted is not None
+        ]
     events.sort()
     return events
 
@@ -455,9 +463,9 @@ async def _run(
     result = PolicyResult(policy, mode, sum(node.gpus for node in nodes))
     placed_on: dict[int, str] = {}
     allocated = 0
-    for step, (_, is_creation, index) in enumerate(_events(pods, mode), 1):
+    for step, (_, order, index) in enumerate(_events(pods, mode), 1):
         pod = pods[index]
-        if not is_creation:
+        if order != 1:
             node = placed_on.pop(index, None)
             if node is not None:
                 scheduler.cache.delete_pod(pod.uid)
@@ -479,6 +487,7 @@ async def _run(
                 result.placed[pod.kind] += 1
                 placed_on[index] = result.placements[pod.name] = node
                 allocated += pod.gpus
+                result.peak_allocated_gpus = max(result.peak_allocated_gpus, allocated)
                 result.gpu_placed += pod.gpus
                 result.cpu_pods_on_gpu_nodes += pod.gpus == 0 and scheduler.nodes[node].gpus > 0
             if pod.gpus:

@@ -67,6 +67,10 @@ def format_table(results: Sequence[Any]) -> str:
         ("alloc. at 1st GPU failure", [first(r, "allocated_gpus") for r in results]),
         ("fragmented GPUs then", [first(r, "fragmented_gpus") for r in results]),
         (
+            "peak GPU allocation",
+            [f"{r.peak_allocated_gpus} ({_percent(r.peak_allocated_gpus, r.total_gpus)})" for r in results],
+        ),
+        (
             "final GPU allocation",
             [f"{r.final_allocated_gpus} ({_percent(r.final_allocated_gpus, r.total_gpus)})" for r in results],
         ),

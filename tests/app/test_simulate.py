@@ -258,9 +258,20 @@ def test_replay_frees_capacity_at_deletion_and_fill_ignores_it(tmp_path: Path) -
     assert replay.placements == {"third": "a"}
     assert replay.final_allocated_gpus == 1
     assert replay.curve == [(1, 1), (2, 1), (3, 1)]
+    assert replay.peak_allocated_gpus == 1
     fill = simulate("fitplus-sra", load_config(None), nodes, pods, mode="fill")
     assert fill.placed[KIND_ONE_GPU] == 1 and fill.failed[KIND_ONE_GPU] == 2
     assert fill.placements == {"first": "a"}
+
+
+def test_replay_deletes_a_pod_that_ends_the_instant_it_starts_after_creating_it(tmp_path: Path) -> None:
+    nodes, pods = trace(
+        tmp_path,
+        "a,8000,16384,1,T4\n",
+        "blink,1000,1024,1,1000,,LS,Running,5,5,5\nnext,1000,1024,1,1000,,LS,Running,6,,6\n",
+    )
+    result = simulate("fitplus-sra", load_config(None), nodes, pods, mode="replay")
+    assert result.placements == {"next": "a"} and result.failed[KIND_ONE_GPU] == 0
 
 
 def test_the_seed_makes_runs_repeatable(tmp_path: Path) -> None:
