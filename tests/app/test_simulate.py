@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from app.simulate import (
     KIND_MULTI_GPU,
     KIND_ONE_GPU,
     TraceError,
+    _Scheduler,
     load_nodes_csv,
     load_pods,
     load_pods_csv,
@@ -242,6 +244,19 @@ def test_cpu_and_memory_are_checked_too(tmp_path: Path) -> None:
     result = simulate("random", load_config(None), nodes, pods)
     assert list(result.placements) == ["p1"]  # p2: 5000m > 4000m; p3: 5 GiB > 4 GiB
     assert result.failed[KIND_CPU] == 2
+
+
+def test_each_pod_goes_through_the_services_filter_prioritize_and_bind(tmp_path: Path) -> None:
+    nodes, pods = trace(tmp_path, "a,8000,16384,2,T4\nb,8000,16384,0,\n", "p,1000,1024,1,1000,,LS,Running,0,,0\n")
+    scheduler = _Scheduler(policy_config(load_config(None), "fitplus-sra"), nodes, seed=0)
+    node = asyncio.run(scheduler.schedule(pods[0]))
+    assert node == "a"  # b has no GPU: the filter rejects it
+    decisions = list(scheduler.service.decisions)
+    assert [d["verb"] for d in decisions] == ["filter", "prioritize", "bind"]
+    assert decisions[0]["passed"] == 1 and decisions[2]["outcome"] == "bound"
+    assert scheduler.cache.counted(pods[0].uid) is not None
+    assert scheduler.cache.usage("a").requested[GPU] == 1
+    scheduler.cache.check_invariants()
 
 
 # ------------------------------------------------------------------------------------ modes
