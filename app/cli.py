@@ -1,4 +1,4 @@
-"""``kube-gpu-extender``: serve, check-config."""
+"""``kube-gpu-extender``: serve, check-config, simulate."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import sys
 from collections.abc import Iterator, Sequence
 
 from app.config import ConfigError, load_config
+from app.simulate_cli import add_simulate_parser, run_simulate
 
 __all__ = ["main"]
 
@@ -30,6 +31,7 @@ def _parser() -> argparse.ArgumentParser:
 
     check = commands.add_parser("check-config", help="validate a configuration file and print the effective config")
     check.add_argument("--config", required=True)
+    add_simulate_parser(commands)
     return parser
 
 
@@ -92,6 +94,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "serve":
             return _serve(args)
+        if args.command == "simulate":
+            return run_simulate(args)
         return _check_config(args)
     except ConfigError as exc:
         print(f"error: invalid configuration: {exc}", file=sys.stderr)

@@ -1,0 +1,153 @@
+"""``kube-gpu-extender simulate``: arguments, progress bar, table, JSON and plot around app.simulate.
+
+Kept apart from app.cli so the simulator's imports (the service, numpy, matplotlib) load only when
+the command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["add_simulate_parser", "format_table", "run_simulate", "write_plot"]
+
+
+def add_simulate_parser(commands: Any) -> None:
+    simulate = commands.add_parser(
+        "simulate",
+        help="schedule a pod trace through the extender's verbs and compare policies",
+        description="Schedules pods in creation order through the same filter, prioritize and bind path the "
+        "service uses (in process) and reports placement quality per policy.",
+    )
+    nodes = simulate.add_mutually_exclusive_group(required=True)
+    nodes.add_argument("--nodes", help="node list CSV (openb: sn, cpu_milli, memory_mib, gpu, model)")
+    nodes.add_argument("--snapshot", help="nodes from a snapshot file (kubectl get nodes -o yaml)")
+    simulate.add_argument(
+        "--pods", required=True, help="pod list: openb CSV, or a YAML/JSON list of Pods (submitted in file order)"
+    )
+    simulate.add_argument("--config", help="extender configuration for fitplus-sra; built-in defaults when omitted")
+    simulate.add_argument(
+        "--policy",
+        action="append",
+        help="policy to run (repeatable; default: all of fitplus-sra, least-allocated, most-allocated, random)",
+    )
+    simulate.add_argument("--mode", choices=["fill", "replay"], default="fill", help="fill: ignore deletions (default)")
+    simulate.add_argument("--seed", type=int, default=0, help="seed of the tie-break and random policy (default 0)")
+    simulate.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
+    simulate.add_argument("--plot", metavar="FILE.png", help="draw GPU allocation against submitted GPU demand")
+    simulate.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _percent(part: float, whole: float) -> str:
+    return f"{100 * part / whole:.1f}%" if whole else "-"
+
+
+def format_table(results: Sequence[Any]) -> str:
+    """One column per policy, one row per figure."""
+    from app.simulate import KIND_CPU, KIND_MULTI_GPU, KIND_ONE_GPU
+
+    def first(result: Any, attribute: str) -> str:
+        failure = result.first_gpu_failure
+        if failure is None:
+            return "no failure"
+        value = getattr(failure, attribute)
+        return f"{value} ({_percent(value, result.total_gpus)})"
+
+    rows: list[tuple[str, list[str]]] = [("policy", [r.policy for r in results])]
+    for kind, label in ((KIND_CPU, "CPU-only"), (KIND_ONE_GPU, "1 GPU"), (KIND_MULTI_GPU, "multi-GPU")):
+        rows.append((f"{label} placed / failed", [f"{r.placed[kind]} / {r.failed[kind]}" for r in results]))
+    rows += [
+        (
+            "GPU demand placed",
+            [f"{r.gpu_placed}/{r.gpu_demand} ({_percent(r.gpu_placed, r.gpu_demand)})" for r in results],
+        ),
+        ("alloc. at 1st GPU failure", [first(r, "allocated_gpus") for r in results]),
+        ("fragmented GPUs then", [first(r, "fragmented_gpus") for r in results]),
+        (
+            "peak GPU allocation",
+            [f"{r.peak_allocated_gpus} ({_percent(r.peak_allocated_gpus, r.total_gpus)})" for r in results],
+        ),
+        (
+            "final GPU allocation",
+            [f"{r.final_allocated_gpus} ({_percent(r.final_allocated_gpus, r.total_gpus)})" for r in results],
+        ),
+        ("CPU-only pods on GPU nodes", [str(r.cpu_pods_on_gpu_nodes) for r in results]),
+        ("wall time", [f"{r.wall_seconds:.1f} s" for r in results]),
+    ]
+    width = max(len(label) for label, _ in rows)
+    columns = [max(len(row[1][i]) for row in rows) for i in range(len(results))]
+    lines = []
+    for number, (label, cells) in enumerate(rows):
+        lines.append("  ".join([label.ljust(width), *(c.rjust(w) for c, w in zip(cells, columns, strict=True))]))
+        if number == 0:
+            lines.append("-" * len(lines[0]))
+    return "\n".join(lines)
+
+
+def write_plot(results: Sequence[Any], path: str, title: str) -> None:
+    """GPU allocation (share of cluster GPUs) against submitted GPU demand (same unit), per policy."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(7, 4.5), dpi=100)
+    for result in results:
+        total = result.total_gpus or 1
+        xs = [100 * submitted / total for submitted, _ in result.curve]
+        ys = [100 * allocated / total for _, allocated in result.curve]
+        axes.plot(xs, ys, label=result.policy, linewidth=1.4)
+    axes.set_xlabel("submitted GPU demand (% of cluster GPUs)")
+    axes.set_ylabel("allocated GPUs (% of cluster GPUs)")
+    axes.set_title(title)
+    axes.grid(True, alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
+
+
+def run_simulate(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from app.config import load_config
+    from app.simulate import (
+        POLICIES,
+        TraceError,
+        event_count,
+        load_nodes_csv,
+        load_pods,
+        load_snapshot_nodes,
+        simulate,
+    )
+
+    policies = list(dict.fromkeys(args.policy or POLICIES))
+    unknown = [p for p in policies if p not in POLICIES]
+    if unknown:
+        print(f"error: unknown policy {', '.join(unknown)} (known: {', '.join(POLICIES)})", file=sys.stderr)
+        return 2
+    config = load_config(args.config)
+    try:
+        nodes = load_nodes_csv(args.nodes) if args.nodes else load_snapshot_nodes(args.snapshot)
+        pods = load_pods(args.pods)
+    except TraceError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    results = []
+    quiet = args.no_progress or not sys.stderr.isatty()
+    for policy in policies:
+        with tqdm(total=event_count(pods, args.mode), desc=policy, unit="ev", file=sys.stderr, disable=quiet) as bar:
+            result = simulate(policy, config, nodes, pods, mode=args.mode, seed=args.seed, progress=bar.update)
+            bar.update(bar.total - bar.n)
+        results.append(result)
+    if args.json:
+        print(json.dumps({"nodes": len(nodes), "pods": len(pods), "results": [r.to_json() for r in results]}, indent=2))
+    else:
+        print(f"{len(nodes)} nodes, {sum(r.total_gpus for r in results[:1])} GPUs, {len(pods)} pods, mode {args.mode}")
+        print(format_table(results))
+    if args.plot:
+        write_plot(results, args.plot, f"{len(nodes)} nodes, {len(pods)} pods, mode {args.mode}")
+    return 0
