@@ -218,7 +218,8 @@ def test_restart_mid_watch_with_changes_meanwhile(fake: FakeAPIServer, compacted
         await churn(fake, objects, "down")  # the server's state moves on while we cannot see it
         if compacted:
             fake.compact()  # e.g. a restore: our resourceVersions are too old, a relist is needed
-        await eventually(lambda: not h.cache.source("pods").connected, "disconnect noticed")
+        await eventually(lambda: "ConnectError" in h.cache.source("pods").last_error, "disconnect noticed")
+        assert not h.cache.source("pods").connected
         sources = await h.sources()
         assert sources["pods"]["lastError"] and sources["pods"]["disconnectedForSeconds"] is not None
         # Past staleAfter, /readyz says which watch is broken and why.
@@ -309,7 +310,7 @@ def test_repeated_watch_drops_during_churn(fake: FakeAPIServer) -> None:
     async def body(h: Harness) -> None:
         await h.settled("initial sync")
         live: list[str] = []
-        for round_ in range(20):
+        for round_ in range(10):
             await asyncio.to_thread(fake.wait_for_watchers, len(SOURCES))
             for i in range(5):
                 live.append(fake.add(pod_obj(f"p{round_}-{i}", gpus=1, node="g1", phase="Running"))["metadata"]["name"])
@@ -318,9 +319,36 @@ def test_repeated_watch_drops_during_churn(fake: FakeAPIServer) -> None:
                 fake.delete("Pod", name, "default")
             del live[:2]
         await h.settled("every drop resumed")
-        assert h.cache.usage("g1").requested[GPU] == len(live) == 60  # 20 rounds x (5 added - 2 deleted)
+        assert h.cache.usage("g1").requested[GPU] == len(live) == 30  # 10 rounds x (5 added - 2 deleted)
         assert h.cache.source("pods").relists == 1  # resumed each time, never relisted
-        assert h.cache.source("pods").restarts >= 20
+        assert h.cache.source("pods").restarts >= 10
+
+    run(fake, body)
+
+
+def test_watches_cut_at_once_back_off(fake: FakeAPIServer) -> None:
+    """A server (or proxy) that accepts watches and ends them at once, event-less: the reflector backs
+    off as after an error, instead of reconnecting in a tight loop."""
+    populate(fake)
+
+    async def body(h: Harness) -> None:
+        await h.settled("initial sync")
+        await asyncio.to_thread(fake.wait_for_watchers, len(SOURCES))
+        fake.end_watches_at_once(10_000)
+        fake.drop_watches()
+        first = len(fake.request_log)
+        await eventually(lambda: "very short watch" in h.cache.source("pods").last_error, "short watch reported")
+        await eventually(lambda: sum(1 for _, _, t in fake.request_log[first:] if "/pods?watch=" in t) >= 6, "6 tries")
+        tries = [t for t, _, target in fake.request_log[first:] if target.startswith("/api/v1/pods?watch=")][:6]
+        # The backoff (0.02 s doubling up to 0.2 s) spaces 6 tries by at least 0.02+0.04+0.08+0.16+0.2 s,
+        # less the first step if the drop itself counted: >= 0.3 s, where a tight loop takes milliseconds.
+        assert tries[-1] - tries[0] >= 0.3
+        assert "very short watch" in (await h.sources())["pods"]["lastError"]
+        fake.end_watches_at_once(0)
+        fake.add(pod_obj("late", gpus=1, node="g1", phase="Running"))
+        await h.settled("recovered once watches last")
+        await eventually(lambda: all(h.cache.source(s).connected for s in SOURCES), "watches open", timeout=10)
+        assert all(h.cache.source(s).relists == 1 for s in SOURCES)
 
     run(fake, body)
 

@@ -354,6 +354,7 @@ class FakeAPIServer:
         self._watchers: list[Watcher] = []
         self._faults: list[list[Any]] = []  # [remaining, status, retry_after, path_contains]
         self._late: list[list[Any]] = []  # [remaining, seconds, path_contains]
+        self._short_watches = 0
         self._latency = 0.0
         self._closing = False
         self._server: UvicornServer | None = None
@@ -506,6 +507,12 @@ class FakeAPIServer:
         after the server succeeded)."""
         with self._lock:
             self._late.append([n, seconds, path_contains])
+
+    def end_watches_at_once(self, n: int) -> None:
+        """Accept the next n watches (200) but end each at once, before any event (a proxy that cuts
+        streams, an overloaded server)."""
+        with self._lock:
+            self._short_watches = n
 
     @property
     def port(self) -> int:
@@ -753,6 +760,9 @@ class FakeAPIServer:
             initial = [event for change in history if (event := watcher.event_for(change)) is not None]
             if self._closing:
                 return WatchStream(self, None, initial, None)
+            if self._short_watches > 0:
+                self._short_watches -= 1
+                return WatchStream(self, None, [], None)
             self._watchers.append(watcher)
             self._cond.notify_all()
         return WatchStream(self, watcher, initial, timeout)
