@@ -10,7 +10,8 @@ Everything on loopback, bounded in time. This process:
    -> bind on the pool's pods (each bind is a real Binding in the fake API server, confirmed back
    to the extender by its watch);
 4. meanwhile churns pods through the API server: small pods created on random nodes and deleted
-   again, and pods the extender bound deleted (they finish), all arriving through the watch;
+   again, and the pods the extender bound deleted (they finish) beyond the newest ``--keep-bound``,
+   all arriving through the watch;
 5. reports locust's p50/p99 per verb and errors, the extender's view of its watches and ledger,
    and audits the API server's final state (no node over its allocatable ``nvidia.com/gpu``).
 
@@ -96,16 +97,15 @@ def populate(fake: FakeAPIServer, nodes: int, pending: int, seed: int) -> tuple[
 class Churn(threading.Thread):
     """Pod churn through the API server at ``rate`` changes per second until stopped."""
 
-    def __init__(self, fake: FakeAPIServer, nodes: list[str], rate: float, seed: int) -> None:
+    def __init__(self, fake: FakeAPIServer, nodes: list[str], rate: float, keep_bound: int, seed: int) -> None:
         super().__init__(name="churn", daemon=True)
-        self.fake, self.nodes, self.rate = fake, nodes, rate
+        self.fake, self.nodes, self.rate, self.keep_bound = fake, nodes, rate, keep_bound
         self.rng = random.Random(seed)
         self.stopping = threading.Event()
         self.created = self.deleted = self.finished = 0
 
     def run(self) -> None:
         live: list[str] = []
-        finished: set[str] = set()
         while not self.stopping.wait(1.0 / self.rate):
             if len(live) < 200 or self.rng.random() < 0.5:
                 name = f"churn-{self.created}"
@@ -118,15 +118,14 @@ class Churn(threading.Thread):
             else:
                 self.fake.delete("Pod", live.pop(self.rng.randrange(len(live))), "churn")
                 self.deleted += 1
-            # A pod the extender bound finishes now and then: its GPUs are free again.
-            bound = [b["metadata"] for b in list(self.fake.bindings)]
-            candidates = [m for m in bound if m["name"] not in finished]
-            if candidates and self.rng.random() < 0.3:
-                meta = self.rng.choice(candidates)
-                finished.add(meta["name"])
+            # Pods the extender bound finish, oldest first, beyond the newest ``keep_bound``: their GPUs
+            # are free again (through the watch), so the run measures scheduling, not a full cluster.
+            bindings = self.fake.bindings
+            while len(bindings) - self.finished > self.keep_bound:
+                meta = bindings[self.finished]["metadata"]
                 with contextlib.suppress(KeyError):
                     self.fake.delete("Pod", meta["name"], meta["namespace"])
-                    self.finished += 1
+                self.finished += 1
 
 
 def audit(fake: FakeAPIServer) -> list[str]:
@@ -163,6 +162,7 @@ def main() -> None:
     parser.add_argument("--run-time", type=int, default=60, help="seconds of locust load")
     parser.add_argument("--churn", type=float, default=20.0, help="pod changes per second through the watch")
     parser.add_argument("--pending", type=int, default=15000, help="pending pods created for the users")
+    parser.add_argument("--keep-bound", type=int, default=2000, help="bound pods kept; older ones finish")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="kge-load-"))
@@ -185,7 +185,7 @@ def main() -> None:
         with open(work / "extender.log", "wb") as log:
             extender = subprocess.Popen(serve, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
         host = f"http://127.0.0.1:{port}"
-        churn = Churn(fake, names, args.churn, args.seed)
+        churn = Churn(fake, names, args.churn, args.keep_bound, args.seed)
         try:
             started = time.monotonic()
             while True:
@@ -206,8 +206,10 @@ def main() -> None:
             locust += ["-u", str(args.users), "-r", str(args.users), "--run-time", f"{args.run_time}s"]
             locust += ["--host", host, "--only-summary", "--csv", str(work / "locust"), "--stop-timeout", "10"]
             env = {**os.environ, "KGE_PODS_FILE": str(work / "pods.json")}  # node names: from /debug
+            started = time.monotonic()
             with open(work / "locust.log", "wb") as log:
                 code = subprocess.run(locust, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
+            ran = time.monotonic() - started
             churn.stopping.set()
             churn.join()
             # Let the watch confirm the last binds, then read the extender's view.
@@ -221,7 +223,7 @@ def main() -> None:
             churn.stopping.set()
             _stop(extender)
 
-        print(f"locust exit code {code} (1 means some requests failed); logs in {work}")
+        print(f"locust ran {ran:.0f}s, exit code {code} (1 means some requests failed); logs in {work}")
         print(f"{'request':<24}{'count':>8}{'fail':>6}{'p50 ms':>8}{'p99 ms':>8}{'max ms':>8}")
         with open(work / "locust_stats.csv") as stats:
             for row in csv.DictReader(stats):

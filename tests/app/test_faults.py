@@ -410,6 +410,32 @@ def test_bind_of_a_dra_pod_bound_elsewhere_releases_the_claim(fake: FakeAPIServe
         claim = fake.get("ResourceClaim", "c1", "default")
         assert claim is not None and not (claim.get("status") or {}).get("reservedFor")
         await h.settled("caught up")
+        # kube-scheduler's retry gets the same answer, and writes nothing.
+        writes = len(fake.updates)
+        assert "already bound to node d2" in (await h.service.bind(bind_body(pod, "d1")))["Error"]
+        assert len(fake.updates) == writes
         assert not h.cache.dra.inflight and h.cache.dra.counts()["allocatedDevices"] == 0
 
     run(fake, body)
+
+
+def test_bind_of_a_dra_pod_times_out_after_the_server_applied_it(fake: FakeAPIServer) -> None:
+    populate(fake)
+    pod = fake.add(with_claims(pod_obj("dra", gpus=0), "c1"))
+
+    async def body(h: Harness) -> None:
+        await h.settled("initial sync")
+        h.service.filter(filter_body(pod, ["d1"]))
+        fake.answer_late(1, 1.0, path_contains="/binding")
+        assert "timed out" in (await h.service.bind(bind_body(pod, "d1")))["Error"]
+        # The claim stays allocated and reserved for the pod: the Binding may have been applied (it was).
+        claim = fake.get("ResourceClaim", "c1", "default")
+        assert claim is not None and [r["uid"] for r in claim["status"]["reservedFor"]] == [pod["metadata"]["uid"]]
+        assert await h.service.bind(bind_body(pod, "d1")) == {"Error": ""}  # the retry
+        await h.settled("pod and claim confirmed by the watch")
+        assert not h.cache.dra.inflight and h.cache.dra.counts()["allocatedDevices"] == 1
+        assert [b["target"]["name"] for b in fake.bindings] == ["d1"]
+        again = fake.get("ResourceClaim", "c1", "default")
+        assert again is not None and again["status"]["allocation"] == claim["status"]["allocation"]
+
+    run(fake, body, timeout=0.3)
