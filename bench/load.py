@@ -224,13 +224,9 @@ def main() -> None:
             _stop(extender)
 
         print(f"locust ran {ran:.0f}s, exit code {code} (1 means some requests failed); logs in {work}")
-        print(f"{'request':<24}{'count':>8}{'fail':>6}{'p50 ms':>8}{'p99 ms':>8}{'max ms':>8}")
-        with open(work / "locust_stats.csv") as stats:
-            for row in csv.DictReader(stats):
-                print(
-                    f"{row['Name']:<24}{row['Request Count']:>8}{row['Failure Count']:>6}"
-                    f"{row['50%']:>8}{row['99%']:>8}{float(row['Max Response Time']):>8.0f}"
-                )
+        # locust's final summary (its CSV files are written periodically and can miss the last seconds).
+        summary = (work / "locust.log").read_text().split("Shutting down", 1)[-1].splitlines()[1:]
+        print("\n".join(line.replace("POST     ", "").rstrip() for line in summary if line.strip()))
         failures = work / "locust_failures.csv"
         for row in csv.DictReader(failures.open()) if failures.exists() else ():
             print(f"  failure x{row['Occurrences']}: {row['Name']}: {row['Error'][:160]}")
