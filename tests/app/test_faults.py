@@ -227,7 +227,13 @@ def test_restart_mid_watch_with_changes_meanwhile(fake: FakeAPIServer, compacted
         assert status == 503 and "watch broken" in answer["reason"] and "ConnectError" in answer["reason"]
         await asyncio.to_thread(fake.start, port)
         await h.settled("caught up after the restart")
-        await eventually(lambda: all(h.cache.source(s).connected for s in SOURCES), "watches open again")
+        # Every source watches again (after its relist, when the history is gone: a watch from a
+        # compacted resourceVersion opens, then brings a 410 ERROR event).
+        expected = {s: relists[s] + compacted for s in SOURCES}
+        await eventually(
+            lambda: all(h.cache.source(s).relists >= expected[s] and h.cache.source(s).connected for s in SOURCES),
+            "watches open again",
+        )
         assert (await h.readyz())[0] == 200
         after = await h.sources()
         for name in SOURCES:
