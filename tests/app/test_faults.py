@@ -118,8 +118,9 @@ class Harness:
         return {n: g for n, g in counted.items() if g} == server_gpus(self.fake)
 
     async def settled(self, what: str) -> None:
-        await eventually(self.exact, what)
-        await eventually(lambda: not self.cache.ledger, f"{what}: the watch confirmed every assumption")
+        # Deadlines, not sleeps: generous, so a CI machine busy with other work does not fail them.
+        await eventually(self.exact, what, timeout=15)
+        await eventually(lambda: not self.cache.ledger, f"{what}: the watch confirmed every assumption", timeout=15)
         self.cache.check_invariants()
 
     async def readyz(self) -> tuple[int, dict[str, Any]]:
@@ -343,8 +344,10 @@ def test_watches_cut_at_once_back_off(fake: FakeAPIServer) -> None:
         fake.end_watches_at_once(10_000)
         fake.drop_watches()
         first = len(fake.request_log)
-        await eventually(lambda: "very short watch" in h.cache.source("pods").last_error, "short watch reported")
-        await eventually(lambda: sum(1 for _, _, t in fake.request_log[first:] if "/pods?watch=" in t) >= 6, "6 tries")
+        await eventually(lambda: "very short watch" in h.cache.source("pods").last_error, "short watch", timeout=15)
+        await eventually(
+            lambda: sum(1 for _, _, t in fake.request_log[first:] if "/pods?watch=" in t) >= 6, "6 tries", timeout=15
+        )
         tries = [t for t, _, target in fake.request_log[first:] if target.startswith("/api/v1/pods?watch=")][:6]
         # The backoff (0.02 s doubling up to 0.2 s) spaces 6 tries by at least 0.02+0.04+0.08+0.16+0.2 s,
         # less the first step if the drop itself counted: >= 0.3 s, where a tight loop takes milliseconds.
