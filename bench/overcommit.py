@@ -30,10 +30,9 @@ from typing import Any
 from allocator import AllocationResult, ResourceClaim, allocated_device_ids
 from app.cache import ClusterCache
 from app.config import parse_config
-from app.dynamicresources import ClaimWriter
 from app.metrics import Metrics
 from app.objects import claim_from_obj, device_class_from_obj, node_from_obj, slice_from_obj
-from app.service import Binder, ExtenderService
+from app.service import ExtenderService
 from app.snapshot import SOURCES, SnapshotBinder, SnapshotClaimWriter
 from scoring.framework import PodInfo
 
@@ -269,8 +268,6 @@ def main() -> None:
         print(f"  {problem}")
     raise SystemExit(1 if problems else 0)
 
-
-_ = (Binder, ClaimWriter)  # the protocols the wrappers stand in for
 
 if __name__ == "__main__":
     main()
