@@ -83,9 +83,14 @@ def pod_from_obj(obj: Mapping[str, Any]) -> PodInfo:
     except (AttributeError, TypeError) as exc:
         raise ObjectError(f"Pod {namespace}/{name}: malformed spec ({exc})") from None
     status = obj.get("status") or {}
+    if not isinstance(status, Mapping):
+        raise ObjectError(f"Pod {namespace}/{name}: status must be an object")
     phase = status.get("phase", "")
     priority = spec.get("priority") or 0
-    claims, claims_pending = _pod_claims(f"{namespace}/{name}", spec, status)
+    try:
+        claims, claims_pending = _pod_claims(f"{namespace}/{name}", spec, status)
+    except (AttributeError, TypeError) as exc:
+        raise ObjectError(f"Pod {namespace}/{name}: malformed resourceClaims ({exc})") from None
     return PodInfo(
         uid=str(metadata.get("uid") or f"{namespace}/{name}"),
         namespace=namespace,

@@ -42,6 +42,7 @@ log = logging.getLogger("kube_gpu_extender.reflector")
 
 # Terminal pods leave the selection, so the watch reports them as DELETED and they stop counting.
 NON_TERMINAL_PODS = "status.phase!=Succeeded,status.phase!=Failed"
+SHORT_WATCH_SECONDS = 1.0  # a watch that ends sooner without any event counts as a failure
 
 
 @dataclass(frozen=True)
@@ -156,7 +157,11 @@ class Reflector:
             try:
                 if not self.resource_version:
                     await self._list()
-                await self._watch()
+                opened = self.cache.clock()
+                if not await self._watch() and self.cache.clock() - opened < SHORT_WATCH_SECONDS:
+                    # Like client-go's "very short watch": a stream cut at once must back off, or the
+                    # loop would hammer the API server (or a proxy cutting streams) without a pause.
+                    raise ApiError(f"very short watch: closed after less than {SHORT_WATCH_SECONDS}s without an event")
                 backoff = self.initial_backoff  # a stream that ended cleanly: resume at once
                 self._restart("closed")
             except asyncio.CancelledError:
@@ -196,7 +201,9 @@ class Reflector:
         self.state.last_sync_at = now
         self.state.resource_version = resource_version
 
-    async def _watch(self) -> None:
+    async def _watch(self) -> int:
+        """Follow one watch stream until it ends; returns how many events it brought (bookmarks too)."""
+        count = 0
         async with self.client.watch(
             self.resource.path,
             self.resource_version,
@@ -208,6 +215,8 @@ class Reflector:
             self.state.last_error = ""
             async for event in events:
                 self._apply(event)
+                count += 1
+        return count
 
     def _apply(self, event: dict[str, Any]) -> None:
         kind, obj = event.get("type"), event.get("object") or {}

@@ -31,7 +31,8 @@ def readiness(cache: ClusterCache, sources: tuple[str, ...], stale_after: float)
     for name in sources:
         state = cache.sources.get(name)
         if state is None or not state.synced:
-            return False, f"{name} not synced yet"
+            # Say why, when a list failed: "not synced yet" alone hides an unreachable API server.
+            return False, f"{name} not synced yet" + (f": {state.last_error}" if state and state.last_error else "")
         if state.disconnected_since is not None and now - state.disconnected_since > stale_after:
             return False, f"{name} watch broken for {now - state.disconnected_since:.0f}s: {state.last_error}"
     return True, ""

@@ -14,6 +14,9 @@ reported as "bind (full)", not as a failure. Only a non-empty top-level ``Error`
 
 Node names come from ``GET /debug?nodes=true`` once at start, or from ``KGE_NODE_NAMES``
 (comma separated). ``KGE_WAIT`` sets seconds between pods per user (default 0: back to back).
+``KGE_PODS_FILE`` (a JSON list of pods) makes users schedule those pods, in order, instead of fresh
+ones: in cluster mode a Binding needs a pod that exists in the API server (``bench.load`` creates
+them); a user stops when the list is used up.
 Run from the repository root, bounded and headless:
 
     .venv/bin/kube-gpu-extender serve --snapshot examples/cluster.yaml --port 8888 &
@@ -31,6 +34,7 @@ from typing import Any
 
 from locust import FastHttpUser, constant, events, task
 from locust.env import Environment
+from locust.exception import StopUser
 
 from bench.cluster import PENDING_KINDS, bind_body, encode, filter_body_names, pending_pod
 
@@ -39,6 +43,7 @@ HEADERS = {"Content-Type": "application/json", "User-Agent": "Go-http-client/1.1
 KIND_WEIGHTS = {"gpu-1": 50, "gpu-2": 25, "gpu-8": 5, "cpu": 20}  # mostly inference, some training
 TEMPLATES = {kind: pending_pod(kind) for kind in PENDING_KINDS}
 NODE_NAMES: list[str] = []
+PODS: list[dict[str, Any]] = []  # from KGE_PODS_FILE: users take them in order (greenlets: no lock needed)
 
 
 def fetch_node_names(host: str) -> list[str]:
@@ -53,6 +58,9 @@ def fetch_node_names(host: str) -> list[str]:
 @events.test_start.add_listener
 def _load_node_names(environment: Environment, **_: Any) -> None:
     NODE_NAMES[:] = fetch_node_names(environment.host or DEFAULT_HOST)
+    if os.environ.get("KGE_PODS_FILE"):
+        with open(os.environ["KGE_PODS_FILE"]) as pods:
+            PODS[:] = reversed(json.load(pods))
 
 
 def new_pod(kind: str) -> dict[str, Any]:
@@ -75,7 +83,12 @@ class Scheduler(FastHttpUser):
 
     @task
     def schedule_one_pod(self) -> None:
-        pod = new_pod(random.choices(list(KIND_WEIGHTS), weights=list(KIND_WEIGHTS.values()))[0])
+        if os.environ.get("KGE_PODS_FILE"):
+            if not PODS:
+                raise StopUser()
+            pod = PODS.pop()
+        else:
+            pod = new_pod(random.choices(list(KIND_WEIGHTS), weights=list(KIND_WEIGHTS.values()))[0])
         feasible = self._filter(pod)
         if not feasible:
             return

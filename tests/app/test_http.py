@@ -38,6 +38,10 @@ BAD_BODIES = [
     b'{"PodName": 3}',
     b'{"Pod": {"metadata": {"name": "p"}, "spec": {}}, "NodeNameToMetaVictims": {"g1": {"Pods": [{}]}}}',
     b"\xff\xfe",
+    # Found by tests/app/test_fuzz.py: a status or resourceClaimStatuses of the wrong type crashed pod parsing.
+    b'{"Pod": {"metadata": {"name": "p"}, "spec": {}, "status": [1]}, "NodeNames": ["g1"]}',
+    b'{"Pod": {"metadata": {"name": "p"}, "spec": {"resourceClaims": [{"name": "c", "resourceClaimTemplateName":'
+    b' "t"}]}, "status": {"resourceClaimStatuses": 5}}, "NodeNames": ["g1"]}',
 ]
 
 
@@ -47,6 +51,7 @@ def test_bad_bodies_answer_200_with_a_reason(client: Any, verb: str, body: bytes
     response = client.post(verb, content=body)
     assert response.status_code == 200
     answer = response.json()
+    assert "internal error" not in str(answer)  # refused as bad input, not caught as a crash
     if verb == "/prioritize":
         assert answer == []  # HostPriorityList has no Error; kube-scheduler ignores prioritize failures
     elif verb == "/preempt":

@@ -33,6 +33,7 @@ import copy
 import json
 import socket
 import threading
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -296,17 +297,30 @@ class Gate:
         query = unquote(scope.get("query_string", b"").decode("latin-1"))  # logged decoded, for readable asserts
         target = scope["path"] + (f"?{query}" if query else "")
         self.api.requests.append((scope["method"], target))
+        self.api.request_log.append((time.monotonic(), scope["method"], target))
         if self.api._latency > 0:
             await asyncio.sleep(self.api._latency)
         fault = self.api._take_fault(target)
         if fault is None:
-            await self.app(scope, receive, send)
+            late = self.api._take_late(target)
+            await self.app(scope, receive, send if late is None else _delayed(send, late))
             return
         code, retry_after = fault
         details = {"retryAfterSeconds": retry_after} if retry_after is not None else None
         headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
         body = status_body(code, f"injected failure ({code})", details=details)
         await json_response(body, code, headers)(scope, receive, send)
+
+
+def _delayed(send: Send, seconds: float) -> Send:
+    """A send that holds the response back: the request has been applied, the answer is late."""
+
+    async def delayed(message: Any) -> None:
+        if message["type"] == "http.response.start":
+            await asyncio.sleep(seconds)
+        await send(message)
+
+    return delayed
 
 
 class UvicornServer(uvicorn.Server):
@@ -327,6 +341,7 @@ class FakeAPIServer:
     def __init__(self) -> None:
         self.url = ""
         self.requests: list[tuple[str, str]] = []
+        self.request_log: list[tuple[float, str, str]] = []  # (time.monotonic() on arrival, method, target)
         self.bindings: list[Obj] = []
         self.updates: list[tuple[str, str, str]] = []  # (kind, namespace/name, "object" | "status"), in order
         self._lock = threading.Lock()
@@ -338,6 +353,8 @@ class FakeAPIServer:
         self._snapshots: dict[str, tuple[int, list[Obj]]] = {}
         self._watchers: list[Watcher] = []
         self._faults: list[list[Any]] = []  # [remaining, status, retry_after, path_contains]
+        self._late: list[list[Any]] = []  # [remaining, seconds, path_contains]
+        self._short_watches = 0
         self._latency = 0.0
         self._closing = False
         self._server: UvicornServer | None = None
@@ -345,13 +362,17 @@ class FakeAPIServer:
         self._app = Gate(self._build_app(), self)
 
     # ------------------------------------------------------------ lifecycle
-    def start(self) -> str:
-        """Serve on an ephemeral port; return the base URL once it accepts connections."""
+    def start(self, port: int = 0) -> str:
+        """Serve on ``port`` (0: an ephemeral one); return the base URL once it accepts connections.
+
+        After ``stop()``, ``start(port)`` with the previous port is an API server restart: the
+        stored objects and their history survive, open watches do not.
+        """
         if self._thread is not None:
             raise RuntimeError("fake API server already started")
         self._closing = False
         config = uvicorn.Config(
-            self._app, host="127.0.0.1", port=0, log_level="warning", lifespan="off", timeout_graceful_shutdown=1
+            self._app, host="127.0.0.1", port=port, log_level="warning", lifespan="off", timeout_graceful_shutdown=1
         )
         ready = threading.Event()
         server = UvicornServer(config, ready)
@@ -481,6 +502,22 @@ class FakeAPIServer:
         with self._lock:
             self._faults.append([n, status, retry_after, path_contains])
 
+    def answer_late(self, n: int, seconds: float, path_contains: str | None = None) -> None:
+        """Apply the next n matching requests, but hold their answers back ``seconds`` (a client timing out
+        after the server succeeded)."""
+        with self._lock:
+            self._late.append([n, seconds, path_contains])
+
+    def end_watches_at_once(self, n: int) -> None:
+        """Accept the next n watches (200) but end each at once, before any event (a proxy that cuts
+        streams, an overloaded server)."""
+        with self._lock:
+            self._short_watches = n
+
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1])
+
     def set_latency(self, seconds: float) -> None:
         self._latency = seconds
 
@@ -550,6 +587,16 @@ class FakeAPIServer:
                     if fault[0] <= 0:
                         self._faults.remove(fault)
                     return fault[1], fault[2]
+        return None
+
+    def _take_late(self, target: str) -> float | None:
+        with self._lock:
+            for late in self._late:
+                if late[2] is None or late[2] in target:
+                    late[0] -= 1
+                    if late[0] <= 0:
+                        self._late.remove(late)
+                    return float(late[1])
         return None
 
     def _too_old(self, rv: int) -> Obj:
@@ -713,6 +760,9 @@ class FakeAPIServer:
             initial = [event for change in history if (event := watcher.event_for(change)) is not None]
             if self._closing:
                 return WatchStream(self, None, initial, None)
+            if self._short_watches > 0:
+                self._short_watches -= 1
+                return WatchStream(self, None, [], None)
             self._watchers.append(watcher)
             self._cond.notify_all()
         return WatchStream(self, watcher, initial, timeout)
