@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 from app.config import ConfigError, load_config
 
@@ -33,30 +32,20 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _graceful_server_class() -> type:
-    import uvicorn
-
-    class GracefulServer(uvicorn.Server):
-        """SIGTERM is how Kubernetes stops us: after the graceful shutdown, exit 0 instead of re-raising it."""
-
-        @contextlib.contextmanager
-        def capture_signals(self) -> Iterator[None]:
-            with super().capture_signals():
-                yield
-                self._captured_signals.clear()
-
-    return GracefulServer
-
-
 def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
+    from app.auth import exposure_error
     from app.logs import configure_logging
     from app.runtime import build_cluster_runtime, build_snapshot_runtime
+    from app.serving import build_server
     from app.snapshot import SnapshotError
 
     configure_logging(args.log_level, args.log_format)
     config = load_config(args.config)
+    tls = config.server.tls
+    problem = exposure_error(args.host, tls.clientCAFile if tls else None, config.server.debugTokenFile)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     try:
         if args.snapshot:
             runtime = build_snapshot_runtime(config, args.snapshot)
@@ -65,16 +54,7 @@ def _serve(args: argparse.Namespace) -> int:
     except SnapshotError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    server = _graceful_server_class()(
-        uvicorn.Config(
-            runtime.app(),
-            host=args.host,
-            port=args.port,
-            log_config=None,
-            access_log=False,
-            timeout_graceful_shutdown=10,
-        )
-    )
+    server = build_server(runtime.app(), config.server, args.host, args.port)
     server.run()
     return 0 if server.started else 1
 
