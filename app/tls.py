@@ -37,7 +37,7 @@ def check_tls_files(cert_file: str, key_file: str, client_ca_file: str | None) -
     except ssl.SSLError as exc:
         raise ValueError(f"certFile: {cert_file} holds no PEM certificate: {exc.reason}") from None
     try:
-        server_context(cert_file, key_file, client_ca_file, log_errors=False)
+        server_context(cert_file, key_file, None)
     except ssl.SSLError as exc:
         raise ValueError(f"keyFile: {key_file} is not a PEM private key matching certFile: {exc.reason}") from None
     if client_ca_file is not None:
@@ -47,9 +47,7 @@ def check_tls_files(cert_file: str, key_file: str, client_ca_file: str | None) -
             raise ValueError(f"clientCAFile: {client_ca_file} holds no PEM certificate: {exc.reason}") from None
 
 
-def server_context(
-    cert_file: str, key_file: str, client_ca_file: str | None, *, log_errors: bool = True
-) -> ssl.SSLContext:
+def server_context(cert_file: str, key_file: str, client_ca_file: str | None) -> ssl.SSLContext:
     """TLS 1.2+ server context; with a client CA, a verified client certificate is required."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
