@@ -44,7 +44,8 @@ def exposure_error(host: str, client_ca_file: str | None, debug_token_file: str 
         return None
     return (
         f"--host {host} is not a loopback address: /debug and /metrics would be open to the network; "
-        "set server.tls.clientCAFile (mTLS) or server.debugTokenFile (bearer token), or bind 127.0.0.1"
+        "set server.tls.clientCAFile (mTLS) or server.debugTokenFile (bearer token), bind 127.0.0.1, "
+        "or accept it with --allow-unauthenticated-debug"
     )
 
 

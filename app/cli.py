@@ -24,6 +24,11 @@ def _parser() -> argparse.ArgumentParser:
     source.add_argument("--kubeconfig", help="kubeconfig to watch a cluster; in-cluster config when omitted")
     serve.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1: sidecar on loopback)")
     serve.add_argument("--port", type=int, default=8888, help="listen port (default 8888)")
+    serve.add_argument(
+        "--allow-unauthenticated-debug",
+        action="store_true",
+        help="serve /debug and /metrics to anyone off loopback (demo containers only)",
+    )
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     serve.add_argument("--log-format", default="json", choices=["json", "text"])
 
@@ -43,7 +48,7 @@ def _serve(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     tls = config.server.tls
     problem = exposure_error(args.host, tls.clientCAFile if tls else None, config.server.debugTokenFile)
-    if problem:
+    if problem and not args.allow_unauthenticated_debug:
         print(f"error: {problem}", file=sys.stderr)
         return 2
     try:

@@ -87,3 +87,10 @@ def test_serve_off_loopback_without_protection_refuses_to_start(capsys: Any) -> 
     assert main(["serve", "--snapshot", "examples/cluster.yaml", "--host", "0.0.0.0", "--port", "1"]) == 2
     err = capsys.readouterr().err
     assert "not a loopback address" in err and "server.debugTokenFile" in err and "server.tls.clientCAFile" in err
+
+
+def test_the_opt_out_is_named_in_the_refusal(capsys: Any) -> None:
+    # The demo image's CMD passes --allow-unauthenticated-debug; here only the message is checked,
+    # as starting would need a real server (tests/app/test_shutdown.py covers serving).
+    assert main(["serve", "--snapshot", "examples/cluster.yaml", "--host", "10.0.0.1"]) == 2
+    assert "--allow-unauthenticated-debug" in capsys.readouterr().err
