@@ -66,7 +66,6 @@ def build_server(
     port: int,
     *,
     reload_interval: float = RELOAD_INTERVAL,
-    **uvicorn_args: object,
 ) -> ExtenderServer:
     """The server for ``app`` as ``server`` configures it (TLS, debug token, grace period)."""
     if server.debugTokenFile is not None:
@@ -78,7 +77,6 @@ def build_server(
         log_config=None,
         access_log=False,
         timeout_graceful_shutdown=server.shutdownGracePeriodSeconds,  # type: ignore[arg-type]  # used as a float
-        **uvicorn_args,  # type: ignore[arg-type]
     )
     reloader = None
     if server.tls is not None:
