@@ -58,6 +58,7 @@ HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \
     CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8888/healthz', timeout=2)"]
 ENTRYPOINT ["kube-gpu-extender"]
 # Demo: snapshot mode on the bundled example. --host 0.0.0.0 is for the compose
-# demo only (published port); in-cluster the Deployment overrides these args
-# with in-cluster config and --host 127.0.0.1.
-CMD ["serve", "--snapshot", "/srv/examples/cluster.yaml", "--config", "/srv/examples/config.yaml", "--host", "0.0.0.0", "--port", "8888"]
+# demo only (published port), hence --allow-unauthenticated-debug (fake data,
+# no credentials); in-cluster the Deployment overrides these args with
+# in-cluster config and --host 127.0.0.1.
+CMD ["serve", "--snapshot", "/srv/examples/cluster.yaml", "--config", "/srv/examples/config.yaml", "--host", "0.0.0.0", "--port", "8888", "--allow-unauthenticated-debug"]

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 from app.config import ConfigError, load_config
 from app.simulate_cli import add_simulate_parser, run_simulate
@@ -26,6 +25,11 @@ def _parser() -> argparse.ArgumentParser:
     source.add_argument("--kubeconfig", help="kubeconfig to watch a cluster; in-cluster config when omitted")
     serve.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1: sidecar on loopback)")
     serve.add_argument("--port", type=int, default=8888, help="listen port (default 8888)")
+    serve.add_argument(
+        "--allow-unauthenticated-debug",
+        action="store_true",
+        help="serve /debug and /metrics to anyone off loopback (demo containers only)",
+    )
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     serve.add_argument("--log-format", default="json", choices=["json", "text"])
 
@@ -35,30 +39,20 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _graceful_server_class() -> type:
-    import uvicorn
-
-    class GracefulServer(uvicorn.Server):
-        """SIGTERM is how Kubernetes stops us: after the graceful shutdown, exit 0 instead of re-raising it."""
-
-        @contextlib.contextmanager
-        def capture_signals(self) -> Iterator[None]:
-            with super().capture_signals():
-                yield
-                self._captured_signals.clear()
-
-    return GracefulServer
-
-
 def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
+    from app.auth import exposure_error
     from app.logs import configure_logging
     from app.runtime import build_cluster_runtime, build_snapshot_runtime
+    from app.serving import build_server
     from app.snapshot import SnapshotError
 
     configure_logging(args.log_level, args.log_format)
     config = load_config(args.config)
+    tls = config.server.tls
+    problem = exposure_error(args.host, tls.clientCAFile if tls else None, config.server.debugTokenFile)
+    if problem and not args.allow_unauthenticated_debug:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     try:
         if args.snapshot:
             runtime = build_snapshot_runtime(config, args.snapshot)
@@ -67,16 +61,7 @@ def _serve(args: argparse.Namespace) -> int:
     except SnapshotError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    server = _graceful_server_class()(
-        uvicorn.Config(
-            runtime.app(),
-            host=args.host,
-            port=args.port,
-            log_config=None,
-            access_log=False,
-            timeout_graceful_shutdown=10,
-        )
-    )
+    server = build_server(runtime.app(), config.server, args.host, args.port)
     server.run()
     return 0 if server.started else 1
 

@@ -8,6 +8,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from app.auth import read_token
+from app.tls import check_readable, check_tls_files
 from scoring.framework import ArgsError
 from scoring.managed_fit import ManagedResourcesFit
 from scoring.profile import Profile, ScorePluginSpec, build_score_plugin
@@ -49,10 +51,55 @@ class CacheConfig(_Strict):
     )
 
 
+class TLSConfig(_Strict):
+    """Serve HTTPS; names follow kube-scheduler's extender ``tlsConfig`` (certFile, keyFile, caFile)."""
+
+    certFile: str = Field(description="PEM server certificate (chain); reloaded when the file changes.")
+    keyFile: str = Field(description="PEM private key of certFile; reloaded when the file changes.")
+    clientCAFile: str | None = Field(
+        None, description="PEM CA bundle: when set, every client must present a certificate it signed (mTLS)."
+    )
+
+    @field_validator("certFile", "keyFile", "clientCAFile")
+    @classmethod
+    def _readable(cls, value: str | None) -> str | None:
+        if value is not None:
+            check_readable(value)
+        return value
+
+    @model_validator(mode="after")
+    def _parse(self) -> TLSConfig:
+        check_tls_files(self.certFile, self.keyFile, self.clientCAFile)
+        return self
+
+
 class ServerConfig(_Strict):
     pathPrefix: str = Field("", description="Prefix of the extender verbs, e.g. /scheduler -> /scheduler/filter.")
     maxRequestBytes: int = Field(64 * 1024 * 1024, gt=0, description="Larger request bodies are refused unread.")
     decisionHistory: int = Field(200, ge=0, description="How many recent decisions /debug keeps.")
+    shutdownGracePeriodSeconds: float = Field(
+        10.0, ge=0, description="On SIGTERM, how long in-flight requests (binds) may finish before they are cut."
+    )
+    tls: TLSConfig | None = Field(None, description="HTTPS (and optionally mTLS) instead of plain HTTP.")
+    debugTokenFile: str | None = Field(
+        None, description="File holding the bearer token /debug, /debug/explain and /metrics require."
+    )
+
+    @field_validator("debugTokenFile")
+    @classmethod
+    def _token(cls, value: str | None) -> str | None:
+        if value is not None:
+            read_token(value)
+        return value
+
+    @model_validator(mode="after")
+    def _one_debug_guard(self) -> ServerConfig:
+        if self.debugTokenFile is not None and self.tls is not None and self.tls.clientCAFile is not None:
+            raise ValueError(
+                "debugTokenFile: not used with tls.clientCAFile (every connection already presents a verified "
+                "client certificate); set one of them"
+            )
+        return self
 
     @field_validator("pathPrefix")
     @classmethod

@@ -217,3 +217,44 @@ def test_concurrent_filter_and_bind_over_http_never_overcommit() -> None:
     assert gpus == 8  # every GPU handed out once: some pods lost the race and got an Error instead
     assert service.cache.usage("g1").requested["nvidia.com/gpu"] == 8
     service.cache.check_invariants()
+
+
+def test_an_endless_chunked_body_is_cut_at_the_limit() -> None:
+    """No Content-Length: reading stops at the first chunk past the limit, the rest is never pulled."""
+    import asyncio
+
+    from app.server import BodyTooLarge, _receive_body
+
+    pulled = 0
+
+    async def receive() -> dict[str, Any]:
+        nonlocal pulled
+        pulled += 1
+        return {"type": "http.request", "body": b" " * 1000, "more_body": True}
+
+    with pytest.raises(BodyTooLarge, match="exceeds the limit of 4096 bytes"):
+        asyncio.run(_receive_body({"headers": [(b"transfer-encoding", b"chunked")]}, receive, 4096))
+    assert pulled == 5  # 5 x 1000 bytes is the first total over 4096
+
+
+def test_chunked_body_over_the_limit_through_a_real_server() -> None:
+    import socket
+
+    from app.server import create_app
+    from app.serving import build_server
+    from tests.app.serverutil import running
+
+    service = make_service([node_obj("g1", gpus=4)], config={"server": {"maxRequestBytes": 4096}})
+    with running(build_server(create_app(service), service.config.server, "127.0.0.1", 0)) as server:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+            sock.sendall(b"POST /filter HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+            for _ in range(10):
+                sock.sendall(b"3e8\r\n" + b" " * 1000 + b"\r\n")
+            sock.sendall(b"0\r\n\r\n")
+            response = b""
+            while b"exceeds" not in response:
+                chunk = sock.recv(65536)
+                assert chunk, f"connection closed without the refusal: {response!r}"
+                response += chunk
+        assert response.startswith(b"HTTP/1.1 200")
+        assert b"request body exceeds the limit of 4096 bytes" in response
