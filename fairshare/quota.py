@@ -25,6 +25,8 @@ __all__ = [
     "TreeUsage",
     "Usage",
     "build_tree",
+    "cohort_key",
+    "cq_key",
 ]
 
 FlavorResource = tuple[str, str]
