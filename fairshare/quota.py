@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from fairshare.flavor import ConfigError
+from scoring.quantity import QuantityError, parse_quantity
 
 __all__ = [
     "ClusterQueue",
@@ -27,6 +29,9 @@ __all__ = [
     "build_tree",
     "cohort_key",
     "cq_key",
+    "parse_cluster_queue",
+    "parse_cohort",
+    "parse_local_queue",
 ]
 
 FlavorResource = tuple[str, str]
@@ -273,3 +278,162 @@ def _root(nodes: Mapping[str, _Node], key: str) -> str:
     while (p := nodes[key].parent) is not None:
         key = p
     return key
+
+
+def _number(raw: object, path: str, *, minimum: float = 0.0) -> float:
+    if isinstance(raw, bool) or not isinstance(raw, int | float | str):
+        raise ConfigError(f"{path}: must be a number or quantity")
+    if isinstance(raw, str):
+        try:
+            value = float(parse_quantity(raw))
+        except QuantityError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+    else:
+        value = float(raw)
+    if value < minimum:
+        raise ConfigError(f"{path}: must be >= {minimum:g}")
+    return value
+
+
+def _name(raw: Mapping[str, Any], path: str) -> str:
+    meta = raw.get("metadata")
+    name = meta.get("name") if isinstance(meta, Mapping) else raw.get("name")
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"{path}.metadata.name: required")
+    return name
+
+
+def _weight(spec: Mapping[str, Any], path: str) -> float:
+    fs = spec.get("fairSharing")
+    if fs is None:
+        return 1.0
+    if not isinstance(fs, Mapping):
+        raise ConfigError(f"{path}.fairSharing: must be an object")
+    if "weight" not in fs:
+        return 1.0
+    weight = _number(fs["weight"], f"{path}.fairSharing.weight")
+    if 0 < weight <= 1e-9:
+        raise ConfigError(f"{path}.fairSharing.weight: must be 0 or > 1e-9")
+    return weight
+
+
+def _resource_groups(raw: object, path: str, has_cohort: bool) -> tuple[ResourceGroup, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or len(raw) > 16:
+        raise ConfigError(f"{path}: must be a list of at most 16 resource groups")
+    groups: list[ResourceGroup] = []
+    seen_resources: set[str] = set()
+    for gi, g in enumerate(raw):
+        gpath = f"{path}[{gi}]"
+        if not isinstance(g, Mapping):
+            raise ConfigError(f"{gpath}: must be an object")
+        covered = g.get("coveredResources")
+        if not isinstance(covered, list) or not covered or not all(isinstance(r, str) for r in covered):
+            raise ConfigError(f"{gpath}.coveredResources: must list 1-64 resource names")
+        if dup := seen_resources.intersection(covered):
+            raise ConfigError(f"{gpath}.coveredResources: {sorted(dup)[0]} is covered by another group")
+        seen_resources.update(covered)
+        flavors_raw = g.get("flavors")
+        if not isinstance(flavors_raw, list) or not 1 <= len(flavors_raw) <= 64:
+            raise ConfigError(f"{gpath}.flavors: must list 1-64 flavors")
+        flavors: list[FlavorQuotas] = []
+        for fi, f in enumerate(flavors_raw):
+            fpath = f"{gpath}.flavors[{fi}]"
+            if not isinstance(f, Mapping) or not isinstance(f.get("name"), str):
+                raise ConfigError(f"{fpath}.name: required")
+            res_raw = f.get("resources")
+            if not isinstance(res_raw, list):
+                raise ConfigError(f"{fpath}.resources: must be a list")
+            resources: dict[str, ResourceQuota] = {}
+            for ri, r in enumerate(res_raw):
+                rpath = f"{fpath}.resources[{ri}]"
+                if not isinstance(r, Mapping) or r.get("name") not in covered:
+                    raise ConfigError(f"{rpath}.name: must be one of coveredResources")
+                limits: dict[str, float | None] = {}
+                for field_name in ("borrowingLimit", "lendingLimit"):
+                    if r.get(field_name) is None:
+                        limits[field_name] = None
+                    elif not has_cohort:
+                        raise ConfigError(f"{rpath}.{field_name}: must be null without a cohort")
+                    else:
+                        limits[field_name] = _number(r[field_name], f"{rpath}.{field_name}")
+                resources[str(r["name"])] = ResourceQuota(
+                    _number(r.get("nominalQuota", 0), f"{rpath}.nominalQuota"),
+                    limits["borrowingLimit"],
+                    limits["lendingLimit"],
+                )
+            if set(resources) != set(covered):
+                raise ConfigError(f"{fpath}.resources: must list exactly the coveredResources")
+            flavors.append(FlavorQuotas(str(f["name"]), resources))
+        groups.append(ResourceGroup(tuple(covered), tuple(flavors)))
+    return tuple(groups)
+
+
+_RECLAIM = ("Never", "LowerPriority", "Any")
+_WITHIN = ("Never", "LowerPriority", "LowerOrNewerEqualPriority")
+
+
+def parse_cluster_queue(raw: object, path: str) -> ClusterQueue:
+    """A Kueue ClusterQueue (``metadata.name`` + ``spec``, or flat)."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{path}: must be an object")
+    name = _name(raw, path)
+    spec = raw.get("spec", raw)
+    spath = f"{path}.spec" if "spec" in raw else path
+    if not isinstance(spec, Mapping):
+        raise ConfigError(f"{spath}: must be an object")
+    cohort = spec.get("cohortName", spec.get("cohort"))
+    if cohort is not None and not isinstance(cohort, str):
+        raise ConfigError(f"{spath}.cohortName: must be a string")
+    preemption = spec.get("preemption") or {}
+    if not isinstance(preemption, Mapping):
+        raise ConfigError(f"{spath}.preemption: must be an object")
+    reclaim = preemption.get("reclaimWithinCohort", "Never")
+    within = preemption.get("withinClusterQueue", "Never")
+    if reclaim not in _RECLAIM:
+        raise ConfigError(f"{spath}.preemption.reclaimWithinCohort: must be one of {', '.join(_RECLAIM)}")
+    if within not in _WITHIN:
+        raise ConfigError(f"{spath}.preemption.withinClusterQueue: must be one of {', '.join(_WITHIN)}")
+    return ClusterQueue(
+        name,
+        cohort or None,
+        _resource_groups(spec.get("resourceGroups"), f"{spath}.resourceGroups", bool(cohort)),
+        _weight(spec, spath),
+        str(reclaim),
+        str(within),
+    )
+
+
+def parse_cohort(raw: object, path: str) -> Cohort:
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{path}: must be an object")
+    name = _name(raw, path)
+    spec = raw.get("spec", raw)
+    spath = f"{path}.spec" if "spec" in raw else path
+    if not isinstance(spec, Mapping):
+        raise ConfigError(f"{spath}: must be an object")
+    parent = spec.get("parentName")
+    if parent is not None and not isinstance(parent, str):
+        raise ConfigError(f"{spath}.parentName: must be a string")
+    return Cohort(
+        name,
+        parent or None,
+        _resource_groups(spec.get("resourceGroups"), f"{spath}.resourceGroups", bool(parent)),
+        _weight(spec, spath),
+    )
+
+
+def parse_local_queue(raw: object, path: str) -> LocalQueue:
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{path}: must be an object")
+    name = _name(raw, path)
+    meta = raw.get("metadata")
+    namespace = (meta.get("namespace") if isinstance(meta, Mapping) else None) or raw.get("namespace")
+    if not isinstance(namespace, str) or not namespace:
+        raise ConfigError(f"{path}.metadata.namespace: required")
+    spec = raw.get("spec", raw)
+    cq = spec.get("clusterQueue") if isinstance(spec, Mapping) else None
+    if not isinstance(cq, str) or not cq:
+        raise ConfigError(f"{path}.spec.clusterQueue: required")
+    return LocalQueue(namespace, name, cq)
