@@ -16,7 +16,9 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["DEFAULT_PRIORITY", "UNLIMITED", "KaiQueue", "QueueResource", "divide", "fair_shares"]
+from fairshare.flavor import ConfigError
+
+__all__ = ["DEFAULT_PRIORITY", "UNLIMITED", "KaiQueue", "QueueResource", "divide", "fair_shares", "parse_kai_queue"]
 
 UNLIMITED = -1.0
 DEFAULT_PRIORITY = 100
@@ -204,3 +206,42 @@ def fair_shares(
 
     split(None, totals)
     return result
+
+
+def parse_kai_queue(raw: object, path: str, *, creation: float = 0.0) -> KaiQueue:
+    """A KAI Queue (``scheduling.run.ai/v2`` shape). Unlike the CRD, omitted fields take the
+    quickstart's values (limit -1, overQuotaWeight 1, priority 100), which the docs state."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{path}: must be an object")
+    meta = raw.get("metadata")
+    name = meta.get("name") if isinstance(meta, Mapping) else raw.get("name")
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"{path}.metadata.name: required")
+    spec = raw.get("spec", raw)
+    spath = f"{path}.spec" if "spec" in raw else path
+    if not isinstance(spec, Mapping):
+        raise ConfigError(f"{spath}: must be an object")
+    priority = spec.get("priority", DEFAULT_PRIORITY)
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise ConfigError(f"{spath}.priority: must be an integer")
+    parent = spec.get("parentQueue")
+    if parent is not None and not isinstance(parent, str):
+        raise ConfigError(f"{spath}.parentQueue: must be a string")
+    resources_raw = spec.get("resources") or {}
+    if not isinstance(resources_raw, Mapping):
+        raise ConfigError(f"{spath}.resources: must be a map of resource name to quota")
+    resources: dict[str, QueueResource] = {}
+    for rname, r in resources_raw.items():
+        rpath = f"{spath}.resources.{rname}"
+        if not isinstance(r, Mapping):
+            raise ConfigError(f"{rpath}: must be an object")
+        values: dict[str, float] = {}
+        for key, default, minimum in (("quota", 0.0, -1.0), ("limit", UNLIMITED, -1.0), ("overQuotaWeight", 1.0, 0.0)):
+            v = r.get(key, default)
+            if isinstance(v, bool) or not isinstance(v, int | float):
+                raise ConfigError(f"{rpath}.{key}: must be a number")
+            if v < minimum:
+                raise ConfigError(f"{rpath}.{key}: must be >= {minimum:g}")
+            values[key] = float(v)
+        resources[str(rname)] = QueueResource(values["quota"], values["limit"], values["overQuotaWeight"])
+    return KaiQueue(name, priority, parent or None, creation, resources)

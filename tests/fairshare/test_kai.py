@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from fairshare.kai import KaiQueue, QueueResource, fair_shares
+from fairshare.flavor import ConfigError
+from fairshare.kai import KaiQueue, QueueResource, fair_shares, parse_kai_queue
 
 
 def abc(b_request: float, c_request: float) -> list[KaiQueue]:
@@ -113,3 +114,15 @@ def test_hierarchy_children_split_parent_share() -> None:
     assert out["dept-a"]["gpu"] == 6 and out["dept-b"]["gpu"] == 1
     assert (out["t1"]["gpu"], out["t2"]["gpu"]) == (2, 4)
     assert out["t3"]["gpu"] == 1
+
+
+def test_parse_kai_queue_defaults_and_errors() -> None:
+    q = parse_kai_queue(
+        {"metadata": {"name": "team-a"}, "spec": {"parentQueue": "org", "resources": {"gpu": {"quota": 4}}}}, "q[0]"
+    )
+    assert (q.priority, q.parent) == (100, "org")
+    assert q.resources["gpu"] == QueueResource(deserved=4, limit=-1, over_quota_weight=1)
+    with pytest.raises(ConfigError, match=r"q\[3\]\.spec\.resources\.gpu\.overQuotaWeight: must be >= 0"):
+        parse_kai_queue({"metadata": {"name": "x"}, "spec": {"resources": {"gpu": {"overQuotaWeight": -2}}}}, "q[3]")
+    with pytest.raises(ConfigError, match=r"q\[3\]\.spec\.priority: must be an integer"):
+        parse_kai_queue({"metadata": {"name": "x"}, "spec": {"priority": "high"}}, "q[3]")
