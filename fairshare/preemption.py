@@ -19,6 +19,7 @@ from fairshare.drs import DominantResourceShare, ResourceWeights, compare_drs, d
 from fairshare.quota import TreeUsage, Usage, cq_key
 
 __all__ = [
+    "DEFAULT_STRATEGIES",
     "IN_CLUSTER_QUEUE",
     "IN_COHORT_FAIR_SHARING",
     "IN_COHORT_RECLAMATION",
