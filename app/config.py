@@ -8,6 +8,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from app.queues import QueueConfig, parse_queue_config
 from scoring.framework import ArgsError
 from scoring.managed_fit import ManagedResourcesFit
 from scoring.profile import Profile, ScorePluginSpec, build_score_plugin
@@ -87,6 +88,8 @@ class ExtenderConfiguration(_Strict):
     plugins: list[PluginConfig] = Field(default_factory=_default_plugins)
     cache: CacheConfig = Field(default_factory=CacheConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
+    # Queues and fair sharing (README "Queues and fair sharing"); validated by app.queues.
+    queues: dict[str, Any] | None = None
 
     @property
     def managed_resource_names(self) -> list[str]:
@@ -106,7 +109,11 @@ class ExtenderConfiguration(_Strict):
                 raise ValueError(f"plugins[{index}].name: duplicate plugin {plugin.name!r}")
             seen.add(plugin.name)
         self.build_profile()  # plugin args are validated by the plugins themselves
+        self.queue_config()
         return self
+
+    def queue_config(self) -> QueueConfig | None:
+        return None if self.queues is None else parse_queue_config(self.queues)
 
     def build_profile(self) -> Profile:
         try:

@@ -61,3 +61,16 @@ def test_errors_name_the_field(patch: dict[str, object], message: str) -> None:
     raw = yaml.safe_load(EXAMPLE.read_text()) | patch
     with pytest.raises(ConfigError, match=message):
         parse_queue_config(raw)
+
+
+def test_extender_configuration_validates_queues_section() -> None:
+    from app.config import ConfigError as AppConfigError
+    from app.config import parse_config
+
+    section = yaml.safe_load(EXAMPLE.read_text())
+    cfg = parse_config({"queues": section}).queue_config()
+    assert cfg is not None and set(cfg.tree.cluster_queues) == {"team-a", "team-b"}
+    assert parse_config({}).queue_config() is None
+    section["clusterQueues"][0]["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] = -1
+    with pytest.raises(AppConfigError, match=r"queues.clusterQueues\[0\].spec.resourceGroups\[0\].flavors\[0\]"):
+        parse_config({"queues": section})
