@@ -28,7 +28,7 @@ from fairshare.quota import (
     parse_local_queue,
 )
 
-__all__ = ["KAI_QUEUE_LABEL", "KUEUE_QUEUE_LABEL", "QueueConfig", "QueueUsage", "parse_queue_config"]
+__all__ = ["KAI_QUEUE_LABEL", "KUEUE_QUEUE_LABEL", "QueueConfig", "QueueUsage", "parse_queue_config", "queues_view"]
 
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 KAI_QUEUE_LABEL = "kai.scheduler/queue"
@@ -165,3 +165,51 @@ class QueueUsage:
 
     def share_of(self, cluster_queue: str) -> DominantResourceShare:
         return dominant_resource_share(self.snapshot(), cq_key(cluster_queue), self.config.weight)
+
+
+def queues_view(config: QueueConfig | None, usage: QueueUsage | None = None) -> dict[str, Any]:
+    """JSON for /debug/queues: per node of the tree and (flavor, resource), the quota numbers and
+    weighted/unweighted DRS. Usage is empty until the cache feeds ``QueueUsage``."""
+    if config is None:
+        return {"enabled": False}
+    snap = (usage or QueueUsage(config)).snapshot()
+    tree = config.tree
+    nodes: dict[str, Any] = {}
+    for key in tree.post_order:
+        node = tree.nodes[key]
+        weighted = dominant_resource_share(snap, key, config.weight)
+        plain = dominant_resource_share(snap, key)
+        used = snap.usage[key]
+        resources = []
+        for fr in sorted(set(node.subtree_quota) | set(used)):
+            quota, u = node.subtree_quota.get(fr, 0.0), used.get(fr, 0.0)
+            resources.append(
+                {
+                    "flavor": fr[0],
+                    "resource": fr[1],
+                    "subtreeQuota": quota,
+                    "localQuota": node.local_quota.get(fr, 0.0),
+                    "borrowingLimit": node.borrowing_limit.get(fr),
+                    "usage": u,
+                    "borrowed": max(0.0, u - quota),
+                    "potentialAvailable": tree.potential_available(key, fr),
+                    "available": snap.available(key, fr),
+                    "weight": config.weight(*fr),
+                }
+            )
+        nodes[key] = {
+            "parent": node.parent,
+            "fairSharingWeight": node.weight,
+            "weightedShare": weighted.share,
+            "unweightedShare": plain.share,
+            "dominantResource": weighted.dominant_resource,
+            "unweightedDominantResource": plain.dominant_resource,
+            "borrowing": weighted.borrowing,
+            "resources": resources,
+        }
+    return {
+        "enabled": True,
+        "preemptionStrategies": list(config.preemption_strategies),
+        "priorityBasedFairShare": config.priority_based_fair_share,
+        "nodes": nodes,
+    }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -74,3 +75,31 @@ def test_extender_configuration_validates_queues_section() -> None:
     section["clusterQueues"][0]["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] = -1
     with pytest.raises(AppConfigError, match=r"queues.clusterQueues\[0\].spec.resourceGroups\[0\].flavors\[0\]"):
         parse_config({"queues": section})
+
+
+def test_debug_queues_endpoint(client_for: Any) -> None:
+    from tests.conftest import make_service
+
+    section = yaml.safe_load(EXAMPLE.read_text())
+    client = client_for(make_service(config={"queues": section}))
+    view = client.get("/debug/queues").json()
+    assert view["enabled"] is True
+    team_a = view["nodes"]["cq/team-a"]
+    assert team_a["parent"] == "cohort/gpu-org" and team_a["weightedShare"] == 0
+    a10 = next(r for r in team_a["resources"] if r["flavor"] == "a10-spot")
+    # Hand-derived: team-b lends 12 a10; team-a's borrowingLimit 16 caps nothing -> potentialAvailable 12.
+    assert (a10["subtreeQuota"], a10["potentialAvailable"], a10["weight"]) == (0, 12, 1)
+    h100 = next(r for r in view["nodes"]["cohort/gpu-org"]["resources"] if r["flavor"] == "h100-reserved")
+    assert (h100["subtreeQuota"], h100["weight"]) == (8, 8)
+    assert client_for(make_service()).get("/debug/queues").json() == {"enabled": False}
+
+
+def test_queues_view_with_usage() -> None:
+    from app.queues import queues_view
+
+    usage = QueueUsage(config())
+    usage.account("p1", "team-a", {A10: 6.0})
+    view = queues_view(usage.config, usage)["nodes"]["cq/team-a"]
+    # 6 borrowed a10: weighted 6/76 per-mille, unweighted 6/20 (as in tests/fairshare/test_example.py).
+    assert view["weightedShare"] == pytest.approx(6000 / 76) and view["unweightedShare"] == pytest.approx(300)
+    assert view["dominantResource"] == GPU and view["borrowing"] is True
