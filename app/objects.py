@@ -82,4 +82,14 @@ def pod_from_obj(obj: Mapping[str, Any]) -> PodInfo:
         node_name=str(spec.get("nodeName") or ""),
         priority=priority if isinstance(priority, int) else 0,
         terminal=phase in TERMINAL_PHASES,
+        queue_labels=_queue_labels(metadata.get("labels")),
     )
+
+
+QUEUE_LABELS = ("kai.scheduler/queue", "kueue.x-k8s.io/queue-name")
+
+
+def _queue_labels(labels: Any) -> tuple[tuple[str, str], ...]:
+    if not isinstance(labels, Mapping):
+        return ()
+    return tuple((k, str(labels[k])) for k in QUEUE_LABELS if k in labels)

@@ -155,6 +155,10 @@ class QueueUsage:
             else:
                 used.pop(fr, None)
 
+    @staticmethod
+    def attach(cache: Any, config: QueueConfig | None) -> QueueUsage | None:
+        return _attach(cache, config)
+
     def snapshot(self) -> TreeUsage:
         return self.config.tree.tree_usage(self.usage)
 
@@ -213,3 +217,33 @@ def queues_view(config: QueueConfig | None, usage: QueueUsage | None = None) -> 
         "priorityBasedFairShare": config.priority_based_fair_share,
         "nodes": nodes,
     }
+
+
+def _attach(cache: Any, config: QueueConfig | None) -> QueueUsage | None:
+    """Feed a QueueUsage from the cache's per-pod accounting (bound non-terminal + assumed pods)."""
+    if config is None:
+        return None
+    usage = QueueUsage(config)
+
+    def on_count(uid: str, entry: tuple[str, Any, bool] | None) -> None:
+        if entry is None:
+            usage.account(uid, None, None)
+            return
+        node_name, pod, _assumed = entry
+        labels = dict(pod.queue_labels)
+        cq = config.cluster_queue_for(pod.namespace, labels)
+        node = cache.nodes.get(node_name)
+        if cq is None or node is None:
+            usage.account(uid, None, None)
+            return
+        amounts: dict[FlavorResource, float] = {}
+        for resource, amount in pod.resources.requests.items():
+            flavor = config.flavor_for(cq, resource, node.labels)
+            if flavor is not None and amount:
+                amounts[(flavor, resource)] = amount / 1000.0 if resource == "cpu" else float(amount)
+        usage.account(uid, cq, amounts)
+
+    for uid, entry in cache.counted_items():
+        on_count(uid, entry)
+    cache.on_count = on_count
+    return usage

@@ -82,7 +82,10 @@ def create_app(
 
     @app.get("/debug/queues", summary="Quota tree: quotas, usage, borrowed, lendable, weighted and unweighted DRS")
     async def debug_queues() -> Response:
-        return Response(wire.encode(queues_view(service.config.queue_config())), media_type=JSON)
+        return Response(
+            wire.encode(queues_view(service.queue_usage.config if service.queue_usage else None, service.queue_usage)),
+            media_type=JSON,
+        )
 
     @app.post("/debug/explain", summary="Per node: filter verdict, raw plugin scores and the final score")
     async def explain(request: Request) -> Response:

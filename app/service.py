@@ -23,6 +23,7 @@ from app.cache import ClusterCache
 from app.config import ExtenderConfiguration
 from app.metrics import Metrics
 from app.objects import ObjectError, pod_from_obj
+from app.queues import QueueUsage
 from scoring.framework import Code, NodeInfo, PodInfo, Status
 from scoring.managed_fit import ManagedResourcesFit
 from scoring.quantity import QuantityError
@@ -88,6 +89,7 @@ class ExtenderService:
         self.fit = ManagedResourcesFit(config.managed_resource_names)
         self.readiness = readiness or (lambda: (True, ""))
         self.wall_clock = wall_clock
+        self.queue_usage = QueueUsage.attach(cache, config.queue_config())
         self.decisions: deque[dict[str, Any]] = deque(maxlen=config.server.decisionHistory)
         self._pending: OrderedDict[str, PodInfo] = OrderedDict()
         self._pod_memo: OrderedDict[bytes, PodInfo] = OrderedDict()

@@ -48,6 +48,8 @@ class PodInfo:
     node_name: str = ""
     priority: int = 0
     terminal: bool = False
+    # Only the queue labels (kueue.x-k8s.io/queue-name, kai.scheduler/queue), as sorted pairs.
+    queue_labels: tuple[tuple[str, str], ...] = ()
 
     @property
     def key(self) -> str:

@@ -103,3 +103,48 @@ def test_queues_view_with_usage() -> None:
     # 6 borrowed a10: weighted 6/76 per-mille, unweighted 6/20 (as in tests/fairshare/test_example.py).
     assert view["weightedShare"] == pytest.approx(6000 / 76) and view["unweightedShare"] == pytest.approx(300)
     assert view["dominantResource"] == GPU and view["borrowing"] is True
+
+
+def test_cache_feeds_queue_usage_incrementally(client_for: Any) -> None:
+    from app.objects import pod_from_obj
+    from tests.conftest import make_service, node_obj, pod_obj
+
+    def labelled(node: dict[str, Any], labels: dict[str, str]) -> dict[str, Any]:
+        node["metadata"]["labels"] = labels
+        return node
+
+    def queued(pod: dict[str, Any]) -> dict[str, Any]:
+        pod["metadata"].setdefault("labels", {})[KUEUE_QUEUE_LABEL] = "training"
+        return pod
+
+    nodes = [
+        labelled(node_obj("spot-1", gpus=8), {"gpu-type": "a10", "lifecycle": "spot"}),
+        labelled(node_obj("h100-1", gpus=8), {"gpu-type": "h100"}),
+    ]
+    pods = [
+        queued(pod_obj("a1", gpus=4, node="spot-1", namespace="team-a", uid="a1", phase="Running")),
+        queued(pod_obj("a2", gpus=2, node="spot-1", namespace="team-a", uid="a2", phase="Running")),
+        pod_obj("no-queue", gpus=2, node="spot-1", namespace="team-a", uid="nq", phase="Running"),
+    ]
+    service = make_service(nodes, pods, config={"queues": yaml.safe_load(EXAMPLE.read_text())})
+    usage = service.queue_usage
+    assert usage is not None
+    # 6 a10 GPUs in team-a (the unlabelled pod is not subject to quota): 6/76 weighted as before.
+    assert usage.usage["team-a"][A10] == 6.0
+    assert usage.share_of("team-a").share == pytest.approx(6000 / 76)
+    # An event: a2 finishes -> 4 borrowed -> 4/76.
+    service.cache.upsert_pod(
+        pod_from_obj(queued(pod_obj("a2", gpus=2, node="spot-1", namespace="team-a", uid="a2", phase="Succeeded")))
+    )
+    assert usage.usage["team-a"][A10] == 4.0
+    # A pod on the h100 node within nominal quota adds usage but no borrowing: the share is unchanged.
+    service.cache.upsert_pod(
+        pod_from_obj(queued(pod_obj("a3", gpus=4, node="h100-1", namespace="team-a", uid="a3", phase="Running")))
+    )
+    assert usage.usage["team-a"][H100] == 4.0
+    assert usage.share_of("team-a").share == pytest.approx(4000 / 76)
+    service.cache.delete_pod("a1")
+    assert A10 not in usage.usage["team-a"]
+    view = client_for(service).get("/debug/queues").json()["nodes"]["cq/team-a"]
+    h100 = next(r for r in view["resources"] if r["flavor"] == "h100-reserved")
+    assert (h100["usage"], h100["borrowed"]) == (4, 0)
