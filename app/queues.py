@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from fairshare.admission import Verdict, check_quota
 from fairshare.drs import DominantResourceShare, dominant_resource_share
 from fairshare.flavor import ConfigError, ResourceFlavor, node_matches_flavor, parse_resource_flavor
 from fairshare.kai import KaiQueue, parse_kai_queue
@@ -158,6 +159,48 @@ class QueueUsage:
     @staticmethod
     def attach(cache: Any, config: QueueConfig | None) -> QueueUsage | None:
         return _attach(cache, config)
+
+    def quota_rejections(self, pod: Any, names: list[str], node_labels: Any) -> dict[str, tuple[bool, str]]:
+        """Nodes the pod's ClusterQueue may not use: name -> (unresolvable, reason)."""
+        cq = self.config.cluster_queue_for(pod.namespace, dict(pod.queue_labels))
+        if cq is None:
+            return {}
+        snap = self.snapshot()
+        own = self._counted.get(pod.uid)
+        if own is not None:  # a retried pod must not compete with its own assumption
+            snap = snap.with_delta(own[0], own[1], -1.0)
+        requests = {r: (a / 1000.0 if r == "cpu" else float(a)) for r, a in pod.resources.requests.items() if a}
+        covered = [r for r in requests if self.config.tree.cluster_queues[cq].flavors_for(r)]
+        memo: dict[tuple[str | None, ...], tuple[bool, str] | None] = {}
+        out: dict[str, tuple[bool, str]] = {}
+        for name in names:
+            labels = node_labels(name)
+            if labels is None:
+                continue
+            flavors = tuple(self.config.flavor_for(cq, r, labels) for r in covered)
+            if flavors not in memo:
+                memo[flavors] = self._verdict(snap, cq, covered, flavors, requests)
+            rejection = memo[flavors]
+            if rejection is not None:
+                out[name] = rejection
+        return out
+
+    def _verdict(
+        self,
+        snap: TreeUsage,
+        cq: str,
+        covered: list[str],
+        flavors: tuple[str | None, ...],
+        requests: Mapping[str, float],
+    ) -> tuple[bool, str] | None:
+        missing = [r for r, f in zip(covered, flavors, strict=True) if f is None]
+        if missing:
+            return True, f"node's flavor is not allowed for ClusterQueue {cq} ({missing[0]})"
+        request = {(f, r): requests[r] for r, f in zip(covered, flavors, strict=True) if f is not None}
+        verdict = check_quota(snap, cq, request)
+        if verdict.verdict is Verdict.FITS:
+            return None
+        return verdict.verdict is Verdict.UNRESOLVABLE, verdict.reason
 
     def snapshot(self) -> TreeUsage:
         return self.config.tree.tree_usage(self.usage)

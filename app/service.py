@@ -201,15 +201,27 @@ class ExtenderService:
         candidates, verdicts = self._filter_verdicts(pod, args)
         names = candidates.names
         passed = verdicts.passed(names)
-        if verdicts.rows is not None:  # prioritize will ask about exactly these
+        quota = self._quota_rejections(pod, passed)
+        if verdicts.rows is not None and not quota:  # prioritize will ask about exactly these
             self.cache.table.remember(passed, verdicts.rows[verdicts.codes == 0])
         failed = verdicts.failed(names, Code.UNSCHEDULABLE)
         unresolvable = verdicts.failed(names, Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
+        if quota:
+            passed = [n for n in passed if n not in quota]
+            for name, (hard, reason) in quota.items():
+                (unresolvable if hard else failed)[name] = reason
         reasons = verdicts.reason_counts()
         for reason, count in reasons.items():
             self.metrics.filter_failures.labels(reason).inc(count)
         self._record("filter", pod.key, "ok", passed=len(passed), failed=reasons)
         return candidates.result(passed, failed, unresolvable)
+
+    def _quota_rejections(self, pod: PodInfo, names: list[str]) -> dict[str, tuple[bool, str]]:
+        """Queue quota (app/queues.py): nodes whose flavor the pod's queue may not use or has no quota left on."""
+        if self.queue_usage is None or not pod.queue_labels:
+            return {}
+        nodes = self.cache.nodes
+        return self.queue_usage.quota_rejections(pod, names, lambda n: getattr(nodes.get(n), "labels", None))
 
     # ------------------------------------------------------------------ prioritize
     def prioritize(self, body: bytes, plugin: str | None = None) -> list[dict[str, Any]] | msgspec.Raw:

@@ -148,3 +148,63 @@ def test_cache_feeds_queue_usage_incrementally(client_for: Any) -> None:
     view = client_for(service).get("/debug/queues").json()["nodes"]["cq/team-a"]
     h100 = next(r for r in view["resources"] if r["flavor"] == "h100-reserved")
     assert (h100["usage"], h100["borrowed"]) == (4, 0)
+
+
+def test_story1_filter_end_to_end(client_for: Any) -> None:
+    """Story 1 through /filter and /bind. Hand-derived from examples/fairshare.yaml: team-a may use 8
+    h100 (its 4 + team-b's 4) and 12 a10 (team-b lends 12 of 16); quota and flavor rejections carry reasons."""
+    from tests.conftest import bind_body, filter_body, make_service, node_obj, pod_obj
+
+    def labelled(name: str, labels: dict[str, str], gpus: int = 8) -> dict[str, Any]:
+        node = node_obj(name, gpus=gpus)
+        node["metadata"]["labels"] = labels
+        return node
+
+    def queued(pod: dict[str, Any]) -> dict[str, Any]:
+        pod["metadata"].setdefault("labels", {})[KUEUE_QUEUE_LABEL] = "training"
+        return pod
+
+    nodes = [
+        labelled("spot-1", {"gpu-type": "a10", "lifecycle": "spot"}),
+        labelled("h100-1", {"gpu-type": "h100"}, gpus=32),  # room on the node; quota is the limit
+        labelled("t4-1", {"gpu-type": "t4"}),
+    ]
+    # team-b already borrows all 4 of team-a's h100 (8 in use).
+    running = [pod_obj("b1", gpus=8, node="h100-1", namespace="team-b", uid="b1", phase="Running")]
+    running[0]["metadata"]["labels"] = {KUEUE_QUEUE_LABEL: "lq-b"}
+    section = yaml.safe_load(EXAMPLE.read_text())
+    section["localQueues"].append(
+        {"metadata": {"name": "lq-b", "namespace": "team-b"}, "spec": {"clusterQueue": "team-b"}}
+    )
+    service = make_service(nodes, running, config={"queues": section})
+    client = client_for(service)
+    names = ["spot-1", "h100-1", "t4-1"]
+
+    # 4 GPUs: spot fits (borrowing); h100 is taken by team-b -> resolvable (reclaim by preemption);
+    # t4 is no flavor of team-a -> unresolvable.
+    pod = queued(pod_obj("a1", gpus=4, namespace="team-a", uid="a1"))
+    result = client.post("/filter", content=filter_body(pod, names)).json()
+    assert result["NodeNames"] == ["spot-1"]
+    assert "insufficient quota" in result["FailedNodes"]["h100-1"]
+    assert "not allowed" in result["FailedAndUnresolvableNodes"]["t4-1"]
+    # 9 h100 exceed what team-a could ever use there (its 4 + team-b's 4) -> unresolvable, though the node has room.
+    big = queued(pod_obj("a-big", gpus=9, namespace="team-a", uid="a-big"))
+    result = client.post("/filter", content=filter_body(big, names)).json()
+    assert "ExceedsMaxQuota" in result["FailedAndUnresolvableNodes"]["h100-1"]
+    # Binding makes the usage real at once: 4 borrowed a10 -> 4/76 weighted.
+    assert client.post("/bind", content=bind_body(pod, "spot-1")).json().get("Error", "") == ""
+    assert service.queue_usage is not None and service.queue_usage.usage["team-a"][A10] == 4.0
+    # Story 1: team-b's pod finishes; team-a reclaims 4 h100 within nominal quota: allowed, share unchanged.
+    from app.objects import pod_from_obj
+
+    done = pod_obj("b1", gpus=8, node="h100-1", namespace="team-b", uid="b1", phase="Succeeded")
+    done["metadata"]["labels"] = {KUEUE_QUEUE_LABEL: "lq-b"}
+    service.cache.upsert_pod(pod_from_obj(done))
+    before = service.queue_usage.share_of("team-a").share
+    h = queued(pod_obj("a2", gpus=4, namespace="team-a", uid="a2"))
+    assert "h100-1" in client.post("/filter", content=filter_body(h, names)).json()["NodeNames"]
+    client.post("/bind", content=bind_body(h, "h100-1"))
+    assert service.queue_usage.share_of("team-a").share == pytest.approx(before) == pytest.approx(4000 / 76)
+    # Pods without a queue are not subject to quota.
+    free = pod_obj("free", gpus=4, namespace="team-a", uid="free")
+    assert "t4-1" in client.post("/filter", content=filter_body(free, names)).json()["NodeNames"]
