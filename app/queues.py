@@ -50,6 +50,10 @@ class QueueConfig:
     priority_based_fair_share: bool = False
     k_value: float = 1.0
 
+    @property
+    def flavor_label_keys(self) -> tuple[str, ...]:
+        return tuple(sorted({k for f in self.flavors.values() for k in f.node_labels}))
+
     def weight(self, flavor: str, resource: str) -> float:
         f = self.flavors.get(flavor)
         return f.weight(resource) if f is not None else 1.0
@@ -171,16 +175,19 @@ class QueueUsage:
             snap = snap.with_delta(own[0], own[1], -1.0)
         requests = {r: (a / 1000.0 if r == "cpu" else float(a)) for r, a in pod.resources.requests.items() if a}
         covered = [r for r in requests if self.config.tree.cluster_queues[cq].flavors_for(r)]
+        # A node's flavor depends only on the values of the flavors' label keys: one verdict per signature.
+        keys = self.config.flavor_label_keys
         memo: dict[tuple[str | None, ...], tuple[bool, str] | None] = {}
         out: dict[str, tuple[bool, str]] = {}
         for name in names:
             labels = node_labels(name)
             if labels is None:
                 continue
-            flavors = tuple(self.config.flavor_for(cq, r, labels) for r in covered)
-            if flavors not in memo:
-                memo[flavors] = self._verdict(snap, cq, covered, flavors, requests)
-            rejection = memo[flavors]
+            signature = tuple(labels.get(k) for k in keys)
+            if signature not in memo:
+                flavors = tuple(self.config.flavor_for(cq, r, labels) for r in covered)
+                memo[signature] = self._verdict(snap, cq, covered, flavors, requests)
+            rejection = memo[signature]
             if rejection is not None:
                 out[name] = rejection
         return out

@@ -15,7 +15,9 @@ import argparse
 import random
 import time
 from collections.abc import Callable
+from types import SimpleNamespace
 
+from app.queues import KUEUE_QUEUE_LABEL, QueueUsage, parse_queue_config
 from fairshare.drs import dominant_resource_share
 from fairshare.flavor import ResourceFlavor, node_matches_flavor
 from fairshare.quota import ClusterQueue, Cohort, FlavorQuotas, ResourceGroup, ResourceQuota, build_tree
@@ -95,7 +97,39 @@ def main() -> None:
             allowed[f.name] = all(v <= snap.available("cq/cq-7", (f.name, r)) for r, v in request.items())
         _ = [allowed[name] for name in node_flavor]
 
+    # The service's filter hook: QueueUsage.quota_rejections over 5,000 nodes (50 queues, 5 cohorts).
+    raw = {
+        "resourceFlavors": [{"name": f.name, "nodeLabels": dict(f.node_labels)} for f in FLAVORS],
+        "clusterQueues": [
+            {
+                "name": f"cq-{i}",
+                "cohortName": f"cohort-{i % 5}",
+                "resourceGroups": [
+                    {
+                        "coveredResources": [GPU],
+                        "flavors": [{"name": f.name, "resources": [{"name": GPU, "nominalQuota": 8}]} for f in FLAVORS],
+                    }
+                ],
+            }
+            for i in range(50)
+        ],
+        "localQueues": [{"metadata": {"name": "lq", "namespace": "ns"}, "spec": {"clusterQueue": "cq-7"}}],
+    }
+    queue_usage = QueueUsage(parse_queue_config(raw))
+    labels = {f"n{i}": {**n, "kubernetes.io/hostname": f"n{i}"} for i, n in enumerate(nodes)}
+    pod = SimpleNamespace(
+        namespace="ns",
+        uid="p",
+        queue_labels=((KUEUE_QUEUE_LABEL, "lq"),),
+        resources=SimpleNamespace(requests={GPU: 2, "cpu": 1000}),
+    )
+    node_names = list(labels)
+
+    def service_hook() -> None:
+        queue_usage.quota_rejections(pod, node_names, labels.get)
+
     for label, fn in (
+        ("filter hook (app), 5000 nodes", service_hook),
         ("recompute all shares", recompute),
         ("incremental event", incremental),
         ("filter verdicts, 5000 nodes", filter_verdicts),
