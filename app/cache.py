@@ -81,6 +81,8 @@ class ClusterCache:
         self._snapshots: dict[str, NodeInfo] = {}
         self.table = NodeTable()  # the same snapshots as columns, for batch filtering and scoring
         self.dra = DraState(clock=clock, inflight_ttl=assume_ttl)  # DRA objects and devices in use
+        # Called with (uid, (node, pod, assumed) or None) whenever what a pod counts changes (queue usage).
+        self.on_count: Callable[[str, tuple[str, PodInfo, bool] | None], None] | None = None
 
     # ------------------------------------------------------------------ reads
     def node_info(self, name: str) -> NodeInfo | None:
@@ -98,6 +100,9 @@ class ClusterCache:
         """Where a pod counts now, and as which version (bound, or our assumption)."""
         entry = self._counted.get(uid)
         return (entry[0], entry[1]) if entry else None
+
+    def counted_items(self) -> list[tuple[str, tuple[str, PodInfo, bool]]]:
+        return list(self._counted.items())
 
     def source(self, name: str) -> SourceState:
         return self.sources.setdefault(name, SourceState())
@@ -207,6 +212,8 @@ class ClusterCache:
             usage.assumed_count += assumed
             self._counted[uid] = desired
             self._refresh(node)
+        if self.on_count is not None:
+            self.on_count(uid, desired)
 
     def _build(self, name: str, allocatable: Mapping[str, int]) -> NodeInfo:
         usage = self._usage.get(name) or NodeUsage()

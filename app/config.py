@@ -9,6 +9,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from app.auth import read_token
+from app.queues import QueueConfig, parse_queue_config
 from app.tls import check_readable, check_tls_files
 from scoring.framework import ArgsError
 from scoring.managed_fit import ManagedResourcesFit
@@ -146,6 +147,8 @@ class ExtenderConfiguration(_Strict):
     cache: CacheConfig = Field(default_factory=CacheConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
     dra: DraConfig = Field(default_factory=DraConfig)
+    # Queues and fair sharing (README "Queues and fair sharing"); validated by app.queues.
+    queues: dict[str, Any] | None = None
 
     @property
     def managed_resource_names(self) -> list[str]:
@@ -165,7 +168,11 @@ class ExtenderConfiguration(_Strict):
                 raise ValueError(f"plugins[{index}].name: duplicate plugin {plugin.name!r}")
             seen.add(plugin.name)
         self.build_profile()  # plugin args are validated by the plugins themselves
+        self.queue_config()
         return self
+
+    def queue_config(self) -> QueueConfig | None:
+        return None if self.queues is None else parse_queue_config(self.queues)
 
     def build_profile(self) -> Profile:
         try:

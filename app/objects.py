@@ -101,6 +101,7 @@ def pod_from_obj(obj: Mapping[str, Any]) -> PodInfo:
         terminal=phase in TERMINAL_PHASES,
         claims=claims,
         claims_pending=claims_pending,
+        queue_labels=_queue_labels(metadata.get("labels")),
     )
 
 
@@ -153,3 +154,12 @@ def _dra(parse: Callable[[Mapping[str, Any]], T]) -> Callable[[Mapping[str, Any]
 device_class_from_obj = _dra(allocator.parse_device_class)
 claim_from_obj = _dra(allocator.parse_resource_claim)
 slice_from_obj = _dra(allocator.parse_resource_slice)
+
+
+QUEUE_LABELS = ("kai.scheduler/queue", "kueue.x-k8s.io/queue-name")
+
+
+def _queue_labels(labels: Any) -> tuple[tuple[str, str], ...]:
+    if not isinstance(labels, Mapping):
+        return ()
+    return tuple((k, str(labels[k])) for k in QUEUE_LABELS if k in labels)

@@ -21,6 +21,7 @@ from starlette.types import Receive, Scope, Send
 
 from app import wire
 from app.debug import debug_view
+from app.queues import queues_view
 from app.service import ExtenderService
 
 __all__ = ["BodyTooLarge", "ExtenderVerbs", "create_app"]
@@ -78,6 +79,13 @@ def create_app(
     async def debug(node: str | None = None, nodes: bool = True, decisions: int = 50) -> Response:
         view = debug_view(service, node=node, include_nodes=nodes, decisions=decisions)
         return Response(wire.encode(view), media_type=JSON)
+
+    @app.get("/debug/queues", summary="Quota tree: quotas, usage, borrowed, lendable, weighted and unweighted DRS")
+    async def debug_queues() -> Response:
+        return Response(
+            wire.encode(queues_view(service.queue_usage.config if service.queue_usage else None, service.queue_usage)),
+            media_type=JSON,
+        )
 
     @app.post("/debug/explain", summary="Per node: filter verdict, raw plugin scores and the final score")
     async def explain(request: Request) -> Response:

@@ -25,6 +25,7 @@ from app.config import ExtenderConfiguration
 from app.dynamicresources import ClaimWriteError, ClaimWriter, DynamicResources, PodClaims, Reservation
 from app.metrics import Metrics
 from app.objects import ObjectError, pod_from_obj
+from app.queues import QueueUsage
 from scoring.framework import Code, NodeInfo, PodInfo, Status
 from scoring.managed_fit import ManagedResourcesFit
 from scoring.quantity import QuantityError
@@ -95,6 +96,7 @@ class ExtenderService:
         self.fit = ManagedResourcesFit(config.managed_resource_names)
         self.readiness = readiness or (lambda: (True, ""))
         self.wall_clock = wall_clock
+        self.queue_usage = QueueUsage.attach(cache, config.queue_config())
         self.decisions: deque[dict[str, Any]] = deque(maxlen=config.server.decisionHistory)
         self._pending: OrderedDict[str, PodInfo] = OrderedDict()
         self._pod_memo: OrderedDict[bytes, PodInfo] = OrderedDict()
@@ -212,10 +214,15 @@ class ExtenderService:
                 self._record("filter", pod.key, "error", error=str(exc))
                 return wire.filter_result(error=f"cannot allocate the claims of pod {pod.key}: {exc}")
         passed = verdicts.passed(names)
-        if verdicts.rows is not None:  # prioritize will ask about exactly these
+        quota = self._quota_rejections(pod, passed)
+        if verdicts.rows is not None and not quota:  # prioritize will ask about exactly these
             self.cache.table.remember(passed, verdicts.rows[verdicts.codes == 0])
         failed = verdicts.failed(names, Code.UNSCHEDULABLE)
         unresolvable = verdicts.failed(names, Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
+        if quota:
+            passed = [n for n in passed if n not in quota]
+            for name, (hard, reason) in quota.items():
+                (unresolvable if hard else failed)[name] = reason
         reasons = verdicts.reason_counts()
         for reason, count in reasons.items():
             self.metrics.filter_failures.labels(reason).inc(count)
@@ -234,6 +241,13 @@ class ExtenderService:
         by_name = {names[position]: position for position in positions}
         for name, status in self.dra.filter_nodes(pod, claims, list(by_name)).items():
             verdicts.set(by_name[name], status)
+
+    def _quota_rejections(self, pod: PodInfo, names: list[str]) -> dict[str, tuple[bool, str]]:
+        """Queue quota (app/queues.py): nodes whose flavor the pod's queue may not use or has no quota left on."""
+        if self.queue_usage is None or not pod.queue_labels:
+            return {}
+        nodes = self.cache.nodes
+        return self.queue_usage.quota_rejections(pod, names, lambda n: getattr(nodes.get(n), "labels", None))
 
     # ------------------------------------------------------------------ prioritize
     def prioritize(self, body: bytes, plugin: str | None = None) -> list[dict[str, Any]] | msgspec.Raw:

@@ -66,6 +66,8 @@ class PodInfo:
     # template's claim has not been created (the scheduler's PreEnqueue would hold it back).
     claims: tuple[PodClaimRef, ...] = ()
     claims_pending: str = ""
+    # Only the queue labels (kueue.x-k8s.io/queue-name, kai.scheduler/queue), as sorted pairs.
+    queue_labels: tuple[tuple[str, str], ...] = ()
 
     @property
     def key(self) -> str:

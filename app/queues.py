@@ -1,0 +1,299 @@
+"""Queue configuration (the ``queues:`` section) and incremental per-queue usage accounting.
+
+Adapter side of ``fairshare/``: parses the Kueue/KAI-shaped objects from the config file into the
+pure model, resolves a pod's queue from its labels, a node's flavor from its labels, and keeps
+per-ClusterQueue usage up to date one pod event at a time (the cache calls ``account``), so the
+hot path only reads. Not yet hooked into the cache and verbs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from fairshare.admission import Verdict, check_quota
+from fairshare.drs import DominantResourceShare, dominant_resource_share
+from fairshare.flavor import ConfigError, ResourceFlavor, node_matches_flavor, parse_resource_flavor
+from fairshare.kai import KaiQueue, parse_kai_queue
+from fairshare.preemption import DEFAULT_STRATEGIES, LESS_THAN_INITIAL_SHARE, LESS_THAN_OR_EQUAL_TO_FINAL_SHARE
+from fairshare.quota import (
+    FlavorResource,
+    LocalQueue,
+    QuotaTree,
+    TreeUsage,
+    build_tree,
+    cq_key,
+    parse_cluster_queue,
+    parse_cohort,
+    parse_local_queue,
+)
+
+__all__ = ["KAI_QUEUE_LABEL", "KUEUE_QUEUE_LABEL", "QueueConfig", "QueueUsage", "parse_queue_config", "queues_view"]
+
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+KAI_QUEUE_LABEL = "kai.scheduler/queue"
+_STRATEGY_LISTS = (
+    (LESS_THAN_OR_EQUAL_TO_FINAL_SHARE,),
+    (LESS_THAN_INITIAL_SHARE,),
+    (LESS_THAN_OR_EQUAL_TO_FINAL_SHARE, LESS_THAN_INITIAL_SHARE),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueConfig:
+    flavors: Mapping[str, ResourceFlavor]
+    tree: QuotaTree
+    local_queues: Mapping[tuple[str, str], LocalQueue]
+    kai_queues: tuple[KaiQueue, ...] = ()
+    preemption_strategies: tuple[str, ...] = DEFAULT_STRATEGIES
+    priority_based_fair_share: bool = False
+    k_value: float = 1.0
+
+    @property
+    def flavor_label_keys(self) -> tuple[str, ...]:
+        return tuple(sorted({k for f in self.flavors.values() for k in f.node_labels}))
+
+    def weight(self, flavor: str, resource: str) -> float:
+        f = self.flavors.get(flavor)
+        return f.weight(resource) if f is not None else 1.0
+
+    def cluster_queue_for(self, namespace: str, labels: Mapping[str, str]) -> str | None:
+        """The pod's ClusterQueue (Kueue label) or None: pods without a queue are not subject to quota."""
+        lq = self.local_queues.get((namespace, labels.get(KUEUE_QUEUE_LABEL, "")))
+        return lq.cluster_queue if lq is not None else None
+
+    def flavor_for(self, cluster_queue: str, resource: str, node_labels: Mapping[str, str]) -> str | None:
+        """First flavor of the queue's group for ``resource`` whose nodeLabels the node carries."""
+        cq = self.tree.cluster_queues.get(cluster_queue)
+        if cq is None:
+            return None
+        for name in cq.flavors_for(resource):
+            flavor = self.flavors.get(name)
+            if flavor is not None and node_matches_flavor(node_labels, flavor):
+                return name
+        return None
+
+
+def _items(raw: Mapping[str, Any], key: str) -> list[Any]:
+    value = raw.get(key) or []
+    if not isinstance(value, list):
+        raise ConfigError(f"queues.{key}: must be a list")
+    return value
+
+
+def parse_queue_config(raw: Any) -> QueueConfig:
+    """Parse and validate the ``queues:`` section; every error names its field path."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError("queues: must be an object")
+    flavors: dict[str, ResourceFlavor] = {}
+    for i, r in enumerate(_items(raw, "resourceFlavors")):
+        f = parse_resource_flavor(r, f"queues.resourceFlavors[{i}]")
+        if f.name in flavors:
+            raise ConfigError(f"queues.resourceFlavors[{i}].metadata.name: duplicate {f.name}")
+        flavors[f.name] = f
+    cqs = [parse_cluster_queue(r, f"queues.clusterQueues[{i}]") for i, r in enumerate(_items(raw, "clusterQueues"))]
+    seen: set[str] = set()
+    for i, cq in enumerate(cqs):
+        if cq.name in seen:
+            raise ConfigError(f"queues.clusterQueues[{i}].metadata.name: duplicate {cq.name}")
+        seen.add(cq.name)
+        for gi, group in enumerate(cq.resource_groups):
+            for fi, fq in enumerate(group.flavors):
+                if fq.name not in flavors:
+                    raise ConfigError(
+                        f"queues.clusterQueues[{i}].spec.resourceGroups[{gi}].flavors[{fi}].name: "
+                        f"unknown ResourceFlavor {fq.name}"
+                    )
+    cohorts = [parse_cohort(r, f"queues.cohorts[{i}]") for i, r in enumerate(_items(raw, "cohorts"))]
+    local: dict[tuple[str, str], LocalQueue] = {}
+    for i, r in enumerate(_items(raw, "localQueues")):
+        lq = parse_local_queue(r, f"queues.localQueues[{i}]")
+        if lq.cluster_queue not in seen:
+            raise ConfigError(f"queues.localQueues[{i}].spec.clusterQueue: unknown ClusterQueue {lq.cluster_queue}")
+        local[(lq.namespace, lq.name)] = lq
+    kai = tuple(
+        parse_kai_queue(r, f"queues.kaiQueues[{i}]", creation=float(i)) for i, r in enumerate(_items(raw, "kaiQueues"))
+    )
+    fs = raw.get("fairSharing") or {}
+    if not isinstance(fs, Mapping):
+        raise ConfigError("queues.fairSharing: must be an object")
+    strategies = tuple(fs.get("preemptionStrategies") or DEFAULT_STRATEGIES)
+    if strategies not in _STRATEGY_LISTS:
+        raise ConfigError(
+            "queues.fairSharing.preemptionStrategies: must be [LessThanOrEqualToFinalShare], "
+            "[LessThanInitialShare] or [LessThanOrEqualToFinalShare, LessThanInitialShare]"
+        )
+    pbfs = fs.get("priorityBasedFairShare", False)
+    if not isinstance(pbfs, bool):
+        raise ConfigError("queues.fairSharing.priorityBasedFairShare: must be true or false")
+    k_value = fs.get("kValue", 1.0)
+    if isinstance(k_value, bool) or not isinstance(k_value, int | float):
+        raise ConfigError("queues.fairSharing.kValue: must be a number")
+    return QueueConfig(flavors, build_tree(cqs, cohorts), local, kai, strategies, pbfs, float(k_value))
+
+
+@dataclass(slots=True)
+class QueueUsage:
+    """Per-ClusterQueue usage of bound non-terminal and assumed pods, maintained per pod event."""
+
+    config: QueueConfig
+    usage: dict[str, dict[FlavorResource, float]] = field(default_factory=dict)
+    _counted: dict[str, tuple[str, dict[FlavorResource, float]]] = field(default_factory=dict)
+
+    def account(self, uid: str, cluster_queue: str | None, amounts: Mapping[FlavorResource, float] | None) -> None:
+        """Set what pod ``uid`` adds (None: nothing); takes out its previous contribution first."""
+        old = self._counted.pop(uid, None)
+        if old is not None:
+            self._add(old[0], old[1], -1.0)
+        if cluster_queue is not None and amounts:
+            contribution = dict(amounts)
+            self._counted[uid] = (cluster_queue, contribution)
+            self._add(cluster_queue, contribution, 1.0)
+
+    def _add(self, cq: str, amounts: Mapping[FlavorResource, float], sign: float) -> None:
+        used = self.usage.setdefault(cq, {})
+        for fr, v in amounts.items():
+            total = used.get(fr, 0.0) + sign * v
+            if abs(total) > 1e-9:
+                used[fr] = total
+            else:
+                used.pop(fr, None)
+
+    @staticmethod
+    def attach(cache: Any, config: QueueConfig | None) -> QueueUsage | None:
+        return _attach(cache, config)
+
+    def quota_rejections(self, pod: Any, names: list[str], node_labels: Any) -> dict[str, tuple[bool, str]]:
+        """Nodes the pod's ClusterQueue may not use: name -> (unresolvable, reason)."""
+        cq = self.config.cluster_queue_for(pod.namespace, dict(pod.queue_labels))
+        if cq is None:
+            return {}
+        snap = self.snapshot()
+        own = self._counted.get(pod.uid)
+        if own is not None:  # a retried pod must not compete with its own assumption
+            snap = snap.with_delta(own[0], own[1], -1.0)
+        requests = {r: (a / 1000.0 if r == "cpu" else float(a)) for r, a in pod.resources.requests.items() if a}
+        covered = [r for r in requests if self.config.tree.cluster_queues[cq].flavors_for(r)]
+        # A node's flavor depends only on the values of the flavors' label keys: one verdict per signature.
+        keys = self.config.flavor_label_keys
+        memo: dict[tuple[str | None, ...], tuple[bool, str] | None] = {}
+        out: dict[str, tuple[bool, str]] = {}
+        for name in names:
+            labels = node_labels(name)
+            if labels is None:
+                continue
+            signature = tuple(labels.get(k) for k in keys)
+            if signature not in memo:
+                flavors = tuple(self.config.flavor_for(cq, r, labels) for r in covered)
+                memo[signature] = self._verdict(snap, cq, covered, flavors, requests)
+            rejection = memo[signature]
+            if rejection is not None:
+                out[name] = rejection
+        return out
+
+    def _verdict(
+        self,
+        snap: TreeUsage,
+        cq: str,
+        covered: list[str],
+        flavors: tuple[str | None, ...],
+        requests: Mapping[str, float],
+    ) -> tuple[bool, str] | None:
+        missing = [r for r, f in zip(covered, flavors, strict=True) if f is None]
+        if missing:
+            return True, f"node's flavor is not allowed for ClusterQueue {cq} ({missing[0]})"
+        request = {(f, r): requests[r] for r, f in zip(covered, flavors, strict=True) if f is not None}
+        verdict = check_quota(snap, cq, request)
+        if verdict.verdict is Verdict.FITS:
+            return None
+        return verdict.verdict is Verdict.UNRESOLVABLE, verdict.reason
+
+    def snapshot(self) -> TreeUsage:
+        return self.config.tree.tree_usage(self.usage)
+
+    def shares(self, weighted: bool = True) -> dict[str, DominantResourceShare]:
+        snap = self.snapshot()
+        weights = self.config.weight if weighted else (lambda _f, _r: 1.0)
+        return {key: dominant_resource_share(snap, key, weights) for key in self.config.tree.nodes}
+
+    def share_of(self, cluster_queue: str) -> DominantResourceShare:
+        return dominant_resource_share(self.snapshot(), cq_key(cluster_queue), self.config.weight)
+
+
+def queues_view(config: QueueConfig | None, usage: QueueUsage | None = None) -> dict[str, Any]:
+    """JSON for /debug/queues: per node of the tree and (flavor, resource), the quota numbers and
+    weighted/unweighted DRS. Usage is empty until the cache feeds ``QueueUsage``."""
+    if config is None:
+        return {"enabled": False}
+    snap = (usage or QueueUsage(config)).snapshot()
+    tree = config.tree
+    nodes: dict[str, Any] = {}
+    for key in tree.post_order:
+        node = tree.nodes[key]
+        weighted = dominant_resource_share(snap, key, config.weight)
+        plain = dominant_resource_share(snap, key)
+        used = snap.usage[key]
+        resources = []
+        for fr in sorted(set(node.subtree_quota) | set(used)):
+            quota, u = node.subtree_quota.get(fr, 0.0), used.get(fr, 0.0)
+            resources.append(
+                {
+                    "flavor": fr[0],
+                    "resource": fr[1],
+                    "subtreeQuota": quota,
+                    "localQuota": node.local_quota.get(fr, 0.0),
+                    "borrowingLimit": node.borrowing_limit.get(fr),
+                    "usage": u,
+                    "borrowed": max(0.0, u - quota),
+                    "potentialAvailable": tree.potential_available(key, fr),
+                    "available": snap.available(key, fr),
+                    "weight": config.weight(*fr),
+                }
+            )
+        nodes[key] = {
+            "parent": node.parent,
+            "fairSharingWeight": node.weight,
+            "weightedShare": weighted.share,
+            "unweightedShare": plain.share,
+            "dominantResource": weighted.dominant_resource,
+            "unweightedDominantResource": plain.dominant_resource,
+            "borrowing": weighted.borrowing,
+            "resources": resources,
+        }
+    return {
+        "enabled": True,
+        "preemptionStrategies": list(config.preemption_strategies),
+        "priorityBasedFairShare": config.priority_based_fair_share,
+        "nodes": nodes,
+    }
+
+
+def _attach(cache: Any, config: QueueConfig | None) -> QueueUsage | None:
+    """Feed a QueueUsage from the cache's per-pod accounting (bound non-terminal + assumed pods)."""
+    if config is None:
+        return None
+    usage = QueueUsage(config)
+
+    def on_count(uid: str, entry: tuple[str, Any, bool] | None) -> None:
+        if entry is None:
+            usage.account(uid, None, None)
+            return
+        node_name, pod, _assumed = entry
+        labels = dict(pod.queue_labels)
+        cq = config.cluster_queue_for(pod.namespace, labels)
+        node = cache.nodes.get(node_name)
+        if cq is None or node is None:
+            usage.account(uid, None, None)
+            return
+        amounts: dict[FlavorResource, float] = {}
+        for resource, amount in pod.resources.requests.items():
+            flavor = config.flavor_for(cq, resource, node.labels)
+            if flavor is not None and amount:
+                amounts[(flavor, resource)] = amount / 1000.0 if resource == "cpu" else float(amount)
+        usage.account(uid, cq, amounts)
+
+    for uid, entry in cache.counted_items():
+        on_count(uid, entry)
+    cache.on_count = on_count
+    return usage

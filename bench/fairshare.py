@@ -1,0 +1,142 @@
+"""Fair-sharing cost on the pure package: 50 ClusterQueues in 5 cohorts, 4 flavors, 5,000 nodes.
+
+Measures (run by hand, figures in the README):
+* recompute: usage of the whole tree plus weighted DRS of every ClusterQueue and cohort after one event;
+* incremental: one pod event applied with ``TreeUsage.with_delta`` plus the DRS of the queue's path;
+* filter-side verdict: flavor of each of 5,000 nodes (precomputed at cache time) and the per-flavor
+  quota check for one pod — the work a filter call adds over the service's baseline.
+
+    .venv/bin/python -m bench.fairshare [--rounds 2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+from collections.abc import Callable
+from types import SimpleNamespace
+
+from app.queues import KUEUE_QUEUE_LABEL, QueueUsage, parse_queue_config
+from fairshare.drs import dominant_resource_share
+from fairshare.flavor import ResourceFlavor, node_matches_flavor
+from fairshare.quota import ClusterQueue, Cohort, FlavorQuotas, ResourceGroup, ResourceQuota, build_tree
+
+GPU = "nvidia.com/gpu"
+FLAVORS = [
+    ResourceFlavor("h100-reserved", {"gpu-type": "h100"}, resource_weights={GPU: 8.0}),
+    ResourceFlavor("a100", {"gpu-type": "a100"}, resource_weights={GPU: 4.0}),
+    ResourceFlavor("l4", {"gpu-type": "l4"}, resource_weights={GPU: 2.0}),
+    ResourceFlavor("a10-spot", {"gpu-type": "a10"}),
+]
+
+
+def percentile(samples: list[float], p: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(p * len(ordered)))]
+
+
+def timed(fn: Callable[[], object], rounds: int) -> tuple[float, float]:
+    samples = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - t) * 1000)
+    return percentile(samples, 0.5), percentile(samples, 0.99)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=2000)
+    args = parser.parse_args()
+    rng = random.Random(1)
+    weights = {f.name: f for f in FLAVORS}
+
+    def w(flavor: str, resource: str) -> float:
+        return weights[flavor].weight(resource) if flavor in weights else 1.0
+
+    cqs = []
+    for i in range(50):
+        groups = (
+            ResourceGroup(
+                ("cpu", "memory"), (FlavorQuotas("default", {"cpu": ResourceQuota(64), "memory": ResourceQuota(512)}),)
+            ),
+            ResourceGroup(
+                (GPU,), tuple(FlavorQuotas(f.name, {GPU: ResourceQuota(rng.randint(0, 16))}) for f in FLAVORS)
+            ),
+        )
+        cqs.append(ClusterQueue(f"cq-{i}", cohort=f"cohort-{i % 5}", resource_groups=groups, weight=1 + i % 3))
+    cohorts = [Cohort(f"cohort-{j}", parent="org") for j in range(5)]
+    tree = build_tree(cqs, cohorts)
+    usage = {
+        cq.name: {(f.name, GPU): float(rng.randint(0, 24)) for f in FLAVORS}
+        | {("default", "cpu"): float(rng.randint(0, 90))}
+        for cq in cqs
+    }
+    keys = list(tree.nodes)
+
+    def recompute() -> None:
+        snap = tree.tree_usage(usage)
+        for key in keys:
+            dominant_resource_share(snap, key, w)
+
+    snap = tree.tree_usage(usage)
+
+    def incremental() -> None:
+        moved = snap.with_delta("cq-7", {("h100-reserved", GPU): 1.0})
+        for key in tree.path("cq/cq-7"):
+            dominant_resource_share(moved, key, w)
+
+    nodes = [{"gpu-type": rng.choice(["h100", "a100", "l4", "a10"])} for _ in range(5000)]
+    node_flavor = [next(f.name for f in FLAVORS if node_matches_flavor(n, f)) for n in nodes]  # cache-time work
+    request = {GPU: 2.0}
+
+    def filter_verdicts() -> None:
+        allowed = {}
+        for f in FLAVORS:  # per-request work: one quota check per flavor, then a lookup per node
+            allowed[f.name] = all(v <= snap.available("cq/cq-7", (f.name, r)) for r, v in request.items())
+        _ = [allowed[name] for name in node_flavor]
+
+    # The service's filter hook: QueueUsage.quota_rejections over 5,000 nodes (50 queues, 5 cohorts).
+    raw = {
+        "resourceFlavors": [{"name": f.name, "nodeLabels": dict(f.node_labels)} for f in FLAVORS],
+        "clusterQueues": [
+            {
+                "name": f"cq-{i}",
+                "cohortName": f"cohort-{i % 5}",
+                "resourceGroups": [
+                    {
+                        "coveredResources": [GPU],
+                        "flavors": [{"name": f.name, "resources": [{"name": GPU, "nominalQuota": 8}]} for f in FLAVORS],
+                    }
+                ],
+            }
+            for i in range(50)
+        ],
+        "localQueues": [{"metadata": {"name": "lq", "namespace": "ns"}, "spec": {"clusterQueue": "cq-7"}}],
+    }
+    queue_usage = QueueUsage(parse_queue_config(raw))
+    labels = {f"n{i}": {**n, "kubernetes.io/hostname": f"n{i}"} for i, n in enumerate(nodes)}
+    pod = SimpleNamespace(
+        namespace="ns",
+        uid="p",
+        queue_labels=((KUEUE_QUEUE_LABEL, "lq"),),
+        resources=SimpleNamespace(requests={GPU: 2, "cpu": 1000}),
+    )
+    node_names = list(labels)
+
+    def service_hook() -> None:
+        queue_usage.quota_rejections(pod, node_names, labels.get)
+
+    for label, fn in (
+        ("filter hook (app), 5000 nodes", service_hook),
+        ("recompute all shares", recompute),
+        ("incremental event", incremental),
+        ("filter verdicts, 5000 nodes", filter_verdicts),
+    ):
+        p50, p99 = timed(fn, args.rounds)
+        print(f"{label:30s} p50 {p50:.3f} ms  p99 {p99:.3f} ms")
+
+
+if __name__ == "__main__":
+    main()
