@@ -174,17 +174,23 @@ def _node(name: str, cpu_milli: int, memory: int, gpus: int, model: str) -> SimN
     return SimNode(name, allocatable, {GPU_PRODUCT_LABEL: model} if model else {})
 
 
+def _unique_name(path: str | Path, line: int, row: dict[str, str], column: str, kind: str, seen: set[str]) -> str:
+    """The row's name in ``column``: non-empty and not seen before in the file."""
+    name = (row.get(column) or "").strip()
+    if not name:
+        raise TraceError(f"{path}:{line}: column {column}: empty {kind} name")
+    if name in seen:
+        raise TraceError(f"{path}:{line}: column {column}: duplicate {kind} {name!r}")
+    seen.add(name)
+    return name
+
+
 def load_nodes_csv(path: str | Path) -> list[SimNode]:
     """openb node list: ``sn, cpu_milli, memory_mib, gpu, model``."""
     nodes: list[SimNode] = []
     seen: set[str] = set()
     for line, row in _rows(path, ("sn", "cpu_milli", "memory_mib", "gpu")):
-        name = (row.get("sn") or "").strip()
-        if not name:
-            raise TraceError(f"{path}:{line}: column sn: empty node name")
-        if name in seen:
-            raise TraceError(f"{path}:{line}: column sn: duplicate node {name!r}")
-        seen.add(name)
+        name = _unique_name(path, line, row, "sn", "node", seen)
         cpu, memory, gpus = (_int(path, line, row, c) for c in ("cpu_milli", "memory_mib", "gpu"))
         nodes.append(_node(name, cpu, memory * MIB, gpus, (row.get("model") or "").strip()))
     return nodes
@@ -210,12 +216,7 @@ def load_pods_csv(path: str | Path) -> list[SimPod]:
     pods: list[SimPod] = []
     seen: set[str] = set()
     for line, row in _rows(path, ("name", "cpu_milli", "memory_mib", "num_gpu")):
-        name = (row.get("name") or "").strip()
-        if not name:
-            raise TraceError(f"{path}:{line}: column name: empty pod name")
-        if name in seen:
-            raise TraceError(f"{path}:{line}: column name: duplicate pod {name!r}")
-        seen.add(name)
+        name = _unique_name(path, line, row, "name", "pod", seen)
         cpu, memory, gpus = (_int(path, line, row, c) for c in ("cpu_milli", "memory_mib", "num_gpu"))
         gpu_milli = _int(path, line, row, "gpu_milli", 1000 if gpus else 0)
         if gpus and gpu_milli == 0:
