@@ -22,6 +22,7 @@ from fairshare.quota import (
     LocalQueue,
     QuotaTree,
     TreeUsage,
+    Usage,
     build_tree,
     cq_key,
     parse_cluster_queue,
@@ -33,6 +34,9 @@ __all__ = ["KAI_QUEUE_LABEL", "KUEUE_QUEUE_LABEL", "QueueConfig", "QueueUsage", 
 
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 KAI_QUEUE_LABEL = "kai.scheduler/queue"
+_SECTION_KEYS = frozenset(
+    {"resourceFlavors", "cohorts", "clusterQueues", "localQueues", "kaiQueues", "fairSharing", "watchKueue"}
+)
 _STRATEGY_LISTS = (
     (LESS_THAN_OR_EQUAL_TO_FINAL_SHARE,),
     (LESS_THAN_INITIAL_SHARE,),
@@ -49,6 +53,7 @@ class QueueConfig:
     preemption_strategies: tuple[str, ...] = DEFAULT_STRATEGIES
     priority_based_fair_share: bool = False
     k_value: float = 1.0
+    watch_kueue: bool = False  # read Kueue's own objects from the API server (app/kueue_watch.py)
 
     @property
     def flavor_label_keys(self) -> tuple[str, ...]:
@@ -86,6 +91,12 @@ def parse_queue_config(raw: Any) -> QueueConfig:
     """Parse and validate the ``queues:`` section; every error names its field path."""
     if not isinstance(raw, Mapping):
         raise ConfigError("queues: must be an object")
+    unknown = sorted(set(raw) - _SECTION_KEYS)
+    if unknown:
+        raise ConfigError(f"queues: unknown field(s) {unknown} (known: {sorted(_SECTION_KEYS)})")
+    watch_kueue = raw.get("watchKueue", False)
+    if not isinstance(watch_kueue, bool):
+        raise ConfigError("queues.watchKueue: must be true or false")
     flavors: dict[str, ResourceFlavor] = {}
     for i, r in enumerate(_items(raw, "resourceFlavors")):
         f = parse_resource_flavor(r, f"queues.resourceFlavors[{i}]")
@@ -130,7 +141,7 @@ def parse_queue_config(raw: Any) -> QueueConfig:
     k_value = fs.get("kValue", 1.0)
     if isinstance(k_value, bool) or not isinstance(k_value, int | float):
         raise ConfigError("queues.fairSharing.kValue: must be a number")
-    return QueueConfig(flavors, build_tree(cqs, cohorts), local, kai, strategies, pbfs, float(k_value))
+    return QueueConfig(flavors, build_tree(cqs, cohorts), local, kai, strategies, pbfs, float(k_value), watch_kueue)
 
 
 @dataclass(slots=True)
@@ -140,6 +151,36 @@ class QueueUsage:
     config: QueueConfig
     usage: dict[str, dict[FlavorResource, float]] = field(default_factory=dict)
     _counted: dict[str, tuple[str, dict[FlavorResource, float]]] = field(default_factory=dict)
+    cache: Any = None  # app.cache.ClusterCache, when attached
+
+    def contribution(self, entry: tuple[str, Any, bool] | None) -> tuple[str | None, Usage | None]:
+        """What a counted pod (node, pod, assumed) adds: its ClusterQueue and per (flavor, resource) amounts."""
+        if entry is None or self.cache is None:
+            return None, None
+        node_name, pod, _assumed = entry
+        cq = self.config.cluster_queue_for(pod.namespace, dict(pod.queue_labels))
+        node = self.cache.nodes.get(node_name)
+        if cq is None or node is None:
+            return None, None
+        amounts: dict[FlavorResource, float] = {}
+        for resource, amount in pod.resources.requests.items():
+            flavor = self.config.flavor_for(cq, resource, node.labels)
+            if flavor is not None and amount:
+                amounts[(flavor, resource)] = amount / 1000.0 if resource == "cpu" else float(amount)
+        return cq, amounts
+
+    def recount(self) -> None:
+        """Rebuild all usage from the cache (start-up, or after the queue configuration changed)."""
+        self.usage.clear()
+        self._counted.clear()
+        if self.cache is not None:
+            for uid, entry in self.cache.counted_items():
+                self.account(uid, *self.contribution(entry))
+
+    def reconfigure(self, config: QueueConfig) -> None:
+        """Swap in a new queue configuration (e.g. from watched Kueue objects) and recount usage."""
+        self.config = config
+        self.recount()
 
     def account(self, uid: str, cluster_queue: str | None, amounts: Mapping[FlavorResource, float] | None) -> None:
         """Set what pod ``uid`` adds (None: nothing); takes out its previous contribution first."""
@@ -274,26 +315,11 @@ def _attach(cache: Any, config: QueueConfig | None) -> QueueUsage | None:
     if config is None:
         return None
     usage = QueueUsage(config)
+    usage.cache = cache
 
     def on_count(uid: str, entry: tuple[str, Any, bool] | None) -> None:
-        if entry is None:
-            usage.account(uid, None, None)
-            return
-        node_name, pod, _assumed = entry
-        labels = dict(pod.queue_labels)
-        cq = config.cluster_queue_for(pod.namespace, labels)
-        node = cache.nodes.get(node_name)
-        if cq is None or node is None:
-            usage.account(uid, None, None)
-            return
-        amounts: dict[FlavorResource, float] = {}
-        for resource, amount in pod.resources.requests.items():
-            flavor = config.flavor_for(cq, resource, node.labels)
-            if flavor is not None and amount:
-                amounts[(flavor, resource)] = amount / 1000.0 if resource == "cpu" else float(amount)
-        usage.account(uid, cq, amounts)
+        usage.account(uid, *usage.contribution(entry))
 
-    for uid, entry in cache.counted_items():
-        on_count(uid, entry)
+    usage.recount()
     cache.on_count = on_count
     return usage
