@@ -83,6 +83,9 @@ class ClusterCache:
         self.dra = DraState(clock=clock, inflight_ttl=assume_ttl)  # DRA objects and devices in use
         # Called with (uid, (node, pod, assumed) or None) whenever what a pod counts changes (queue usage).
         self.on_count: Callable[[str, tuple[str, PodInfo, bool] | None], None] | None = None
+        # Called with a pod's UID after every pod event (KAI's pending requests need unbound pods too).
+        self.on_pod: Callable[[str], None] | None = None
+        self.nodes_version = 0  # bumped on every node change (cluster totals are recomputed lazily)
 
     # ------------------------------------------------------------------ reads
     def node_info(self, name: str) -> NodeInfo | None:
@@ -109,12 +112,20 @@ class ClusterCache:
 
     # ------------------------------------------------------------------ nodes
     def upsert_node(self, node: Any) -> None:
+        previous = self.nodes.get(node.name)
         self.nodes[node.name] = node
+        self.nodes_version += 1
         self.dra.set_node(node.name, node.labels)
         self._refresh(node.name)
+        if previous is not None and previous.labels != node.labels and self.on_count is not None:
+            # The node's flavor may have changed: its pods count against other (flavor, resource)s.
+            for uid, entry in self.counted_items():
+                if entry[0] == node.name:
+                    self.on_count(uid, entry)
 
     def delete_node(self, name: str) -> None:
         self.nodes.pop(name, None)
+        self.nodes_version += 1
         self.dra.delete_node(name)
         self._snapshots.pop(name, None)
         self.table.remove(name)
@@ -133,11 +144,15 @@ class ClusterCache:
         if pod.node_name:
             self.ledger.pop(pod.uid, None)  # the watch confirms (or overrides) our assumption
         self._recount(pod.uid)
+        if self.on_pod is not None:
+            self.on_pod(pod.uid)
 
     def delete_pod(self, uid: str) -> None:
         self.pods.pop(uid, None)
         self.ledger.pop(uid, None)
         self._recount(uid)
+        if self.on_pod is not None:
+            self.on_pod(uid)
 
     def replace_pods(self, pods: Iterable[PodInfo]) -> None:
         """A relist: pods that vanished are deleted, the rest upserted, each accounted once."""

@@ -9,9 +9,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from app.auth import read_token
+from app.fairness import FLAVOR_FAIRNESS, FlavorFairness
 from app.queues import QueueConfig, parse_queue_config
 from app.tls import check_readable, check_tls_files
-from scoring.framework import ArgsError
+from scoring.framework import ArgsError, ScorePlugin
 from scoring.managed_fit import ManagedResourcesFit
 from scoring.profile import Profile, ScorePluginSpec, build_score_plugin
 
@@ -174,14 +175,23 @@ class ExtenderConfiguration(_Strict):
     def queue_config(self) -> QueueConfig | None:
         return None if self.queues is None else parse_queue_config(self.queues)
 
-    def build_profile(self) -> Profile:
-        try:
-            scorers = [
-                ScorePluginSpec(build_score_plugin(p.name, p.args, f"plugins[{i}]"), p.weight)
-                for i, p in enumerate(self.plugins)
-            ]
-        except ArgsError as exc:
-            raise ValueError(str(exc)) from None
+    def build_profile(self, flavor_fairness: ScorePlugin | None = None) -> Profile:
+        """The scheduling profile. ``FlavorFairness`` reads queue state, so the service passes it in
+        (``app.fairness.FlavorFairness``); here it is only validated: no args, needs ``queues:``."""
+        scorers = []
+        for i, p in enumerate(self.plugins):
+            if p.name == FLAVOR_FAIRNESS:
+                if p.args:
+                    raise ValueError(f"plugins[{i}].args: {FLAVOR_FAIRNESS} takes no args")
+                if self.queues is None:
+                    raise ValueError(f"plugins[{i}].name: {FLAVOR_FAIRNESS} needs the queues section")
+                plugin = flavor_fairness or FlavorFairness(None, lambda _name: None)
+                scorers.append(ScorePluginSpec(plugin, p.weight))
+                continue
+            try:
+                scorers.append(ScorePluginSpec(build_score_plugin(p.name, p.args, f"plugins[{i}]"), p.weight))
+            except ArgsError as exc:
+                raise ValueError(str(exc)) from None
         return Profile([ManagedResourcesFit(self.managed_resource_names)], scorers)
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import allocator
+from fairshare.flavor import ConfigError, NodeSelectorRequirement, PodPlacement, parse_toleration
 from scoring.framework import PodClaimRef, PodInfo
 from scoring.quantity import QuantityError
 from scoring.resources import parse_resource_list, pod_resources
@@ -22,6 +23,7 @@ __all__ = [
     "device_class_from_obj",
     "node_from_obj",
     "pod_from_obj",
+    "pod_placement",
     "slice_from_obj",
 ]
 
@@ -163,3 +165,60 @@ def _queue_labels(labels: Any) -> tuple[tuple[str, str], ...]:
     if not isinstance(labels, Mapping):
         return ()
     return tuple((k, str(labels[k])) for k in QUEUE_LABELS if k in labels)
+
+
+def pod_placement(obj: Mapping[str, Any]) -> PodPlacement:
+    """nodeSelector, required node affinity and tolerations: what decides which flavors a pod may use.
+
+    Read only for pods that belong to a queue, when the request is served, so the cache keeps none of it.
+    """
+    spec = obj.get("spec")
+    if not isinstance(spec, Mapping):
+        raise ObjectError("Pod.spec is missing")
+    selector = spec.get("nodeSelector") or {}
+    if not isinstance(selector, Mapping):
+        raise ObjectError("Pod.spec.nodeSelector: must be a map of strings")
+    tolerations_raw = spec.get("tolerations") or []
+    if not isinstance(tolerations_raw, list):
+        raise ObjectError("Pod.spec.tolerations: must be a list")
+    try:
+        tolerations = tuple(parse_toleration(t, f"Pod.spec.tolerations[{i}]") for i, t in enumerate(tolerations_raw))
+    except ConfigError as exc:
+        raise ObjectError(str(exc)) from None
+    return PodPlacement(
+        node_selector={str(k): str(v) for k, v in selector.items()},
+        affinity_terms=_required_terms(spec.get("affinity")),
+        tolerations=tolerations,
+    )
+
+
+_TERMS_PATH = "Pod.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms"
+
+
+def _required_terms(affinity: Any) -> tuple[tuple[NodeSelectorRequirement, ...], ...]:
+    node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, Mapping) else None
+    if not isinstance(node_affinity, Mapping):
+        return ()
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+    terms_raw = required.get("nodeSelectorTerms") if isinstance(required, Mapping) else None
+    if terms_raw is None:
+        return ()
+    if not isinstance(terms_raw, list):
+        raise ObjectError(f"{_TERMS_PATH}: must be a list")
+    terms = []
+    for i, term in enumerate(terms_raw):
+        expressions = term.get("matchExpressions") if isinstance(term, Mapping) else None
+        if not isinstance(expressions, list | None):
+            raise ObjectError(f"{_TERMS_PATH}[{i}].matchExpressions: must be a list")
+        requirements = []
+        for j, expr in enumerate(expressions or []):
+            if not isinstance(expr, Mapping) or not isinstance(expr.get("key"), str):
+                raise ObjectError(f"{_TERMS_PATH}[{i}].matchExpressions[{j}]: must have a key")
+            values = expr.get("values") or []
+            if not isinstance(values, list):
+                raise ObjectError(f"{_TERMS_PATH}[{i}].matchExpressions[{j}].values: must be a list")
+            requirements.append(
+                NodeSelectorRequirement(expr["key"], str(expr.get("operator", "")), tuple(str(v) for v in values))
+            )
+        terms.append(tuple(requirements))
+    return tuple(terms)

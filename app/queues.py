@@ -2,17 +2,17 @@
 
 Adapter side of ``fairshare/``: parses the Kueue/KAI-shaped objects from the config file into the
 pure model, resolves a pod's queue from its labels, a node's flavor from its labels, and keeps
-per-ClusterQueue usage up to date one pod event at a time (the cache calls ``account``), so the
-hot path only reads. Not yet hooked into the cache and verbs.
+per-ClusterQueue usage up to date one pod event at a time (the cache calls ``account`` through
+``app.fairness.Fairness.attach``), so the hot path only reads.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from fairshare.admission import Verdict, check_quota
 from fairshare.drs import DominantResourceShare, dominant_resource_share
 from fairshare.flavor import ConfigError, ResourceFlavor, node_matches_flavor, parse_resource_flavor
 from fairshare.kai import KaiQueue, parse_kai_queue
@@ -152,6 +152,9 @@ class QueueUsage:
     usage: dict[str, dict[FlavorResource, float]] = field(default_factory=dict)
     _counted: dict[str, tuple[str, dict[FlavorResource, float]]] = field(default_factory=dict)
     cache: Any = None  # app.cache.ClusterCache, when attached
+    clock: Callable[[], float] = time.monotonic
+    # When each pod was first counted: Kueue's "most recently admitted first" among preemption candidates.
+    admitted_at: dict[str, float] = field(default_factory=dict)
 
     def contribution(self, entry: tuple[str, Any, bool] | None) -> tuple[str | None, Usage | None]:
         """What a counted pod (node, pod, assumed) adds: its ClusterQueue and per (flavor, resource) amounts."""
@@ -176,6 +179,8 @@ class QueueUsage:
         if self.cache is not None:
             for uid, entry in self.cache.counted_items():
                 self.account(uid, *self.contribution(entry))
+        for uid in set(self.admitted_at) - set(self._counted):
+            del self.admitted_at[uid]
 
     def reconfigure(self, config: QueueConfig) -> None:
         """Swap in a new queue configuration (e.g. from watched Kueue objects) and recount usage."""
@@ -191,6 +196,13 @@ class QueueUsage:
             contribution = dict(amounts)
             self._counted[uid] = (cluster_queue, contribution)
             self._add(cluster_queue, contribution, 1.0)
+            self.admitted_at.setdefault(uid, self.clock())
+        else:
+            self.admitted_at.pop(uid, None)
+
+    def counted(self, uid: str) -> tuple[str, Usage] | None:
+        """The ClusterQueue and (flavor, resource) amounts pod ``uid`` counts, if any."""
+        return self._counted.get(uid)
 
     def _add(self, cq: str, amounts: Mapping[FlavorResource, float], sign: float) -> None:
         used = self.usage.setdefault(cq, {})
@@ -200,55 +212,6 @@ class QueueUsage:
                 used[fr] = total
             else:
                 used.pop(fr, None)
-
-    @staticmethod
-    def attach(cache: Any, config: QueueConfig | None) -> QueueUsage | None:
-        return _attach(cache, config)
-
-    def quota_rejections(self, pod: Any, names: list[str], node_labels: Any) -> dict[str, tuple[bool, str]]:
-        """Nodes the pod's ClusterQueue may not use: name -> (unresolvable, reason)."""
-        cq = self.config.cluster_queue_for(pod.namespace, dict(pod.queue_labels))
-        if cq is None:
-            return {}
-        snap = self.snapshot()
-        own = self._counted.get(pod.uid)
-        if own is not None:  # a retried pod must not compete with its own assumption
-            snap = snap.with_delta(own[0], own[1], -1.0)
-        requests = {r: (a / 1000.0 if r == "cpu" else float(a)) for r, a in pod.resources.requests.items() if a}
-        covered = [r for r in requests if self.config.tree.cluster_queues[cq].flavors_for(r)]
-        # A node's flavor depends only on the values of the flavors' label keys: one verdict per signature.
-        keys = self.config.flavor_label_keys
-        memo: dict[tuple[str | None, ...], tuple[bool, str] | None] = {}
-        out: dict[str, tuple[bool, str]] = {}
-        for name in names:
-            labels = node_labels(name)
-            if labels is None:
-                continue
-            signature = tuple(labels.get(k) for k in keys)
-            if signature not in memo:
-                flavors = tuple(self.config.flavor_for(cq, r, labels) for r in covered)
-                memo[signature] = self._verdict(snap, cq, covered, flavors, requests)
-            rejection = memo[signature]
-            if rejection is not None:
-                out[name] = rejection
-        return out
-
-    def _verdict(
-        self,
-        snap: TreeUsage,
-        cq: str,
-        covered: list[str],
-        flavors: tuple[str | None, ...],
-        requests: Mapping[str, float],
-    ) -> tuple[bool, str] | None:
-        missing = [r for r, f in zip(covered, flavors, strict=True) if f is None]
-        if missing:
-            return True, f"node's flavor is not allowed for ClusterQueue {cq} ({missing[0]})"
-        request = {(f, r): requests[r] for r, f in zip(covered, flavors, strict=True) if f is not None}
-        verdict = check_quota(snap, cq, request)
-        if verdict.verdict is Verdict.FITS:
-            return None
-        return verdict.verdict is Verdict.UNRESOLVABLE, verdict.reason
 
     def snapshot(self) -> TreeUsage:
         return self.config.tree.tree_usage(self.usage)
@@ -308,18 +271,3 @@ def queues_view(config: QueueConfig | None, usage: QueueUsage | None = None) -> 
         "priorityBasedFairShare": config.priority_based_fair_share,
         "nodes": nodes,
     }
-
-
-def _attach(cache: Any, config: QueueConfig | None) -> QueueUsage | None:
-    """Feed a QueueUsage from the cache's per-pod accounting (bound non-terminal + assumed pods)."""
-    if config is None:
-        return None
-    usage = QueueUsage(config)
-    usage.cache = cache
-
-    def on_count(uid: str, entry: tuple[str, Any, bool] | None) -> None:
-        usage.account(uid, *usage.contribution(entry))
-
-    usage.recount()
-    cache.on_count = on_count
-    return usage

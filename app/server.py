@@ -80,10 +80,14 @@ def create_app(
         view = debug_view(service, node=node, include_nodes=nodes, decisions=decisions)
         return Response(wire.encode(view), media_type=JSON)
 
-    @app.get("/debug/queues", summary="Quota tree: quotas, usage, borrowed, lendable, weighted and unweighted DRS")
+    @app.get(
+        "/debug/queues",
+        summary="Quota tree (quotas, usage, borrowed, lendable, weighted and unweighted DRS), KAI fair shares, "
+        "and the last queue decisions with reasons",
+    )
     async def debug_queues() -> Response:
         return Response(
-            wire.encode(queues_view(service.queue_usage.config if service.queue_usage else None, service.queue_usage)),
+            wire.encode(service.fairness.view() if service.fairness is not None else queues_view(None)),
             media_type=JSON,
         )
 

@@ -23,8 +23,9 @@ from app import wire
 from app.cache import ClusterCache
 from app.config import ExtenderConfiguration
 from app.dynamicresources import ClaimWriteError, ClaimWriter, DynamicResources, PodClaims, Reservation
+from app.fairness import Fairness, FlavorFairness
 from app.metrics import Metrics
-from app.objects import ObjectError, pod_from_obj
+from app.objects import ObjectError, pod_from_obj, pod_placement
 from app.queues import QueueUsage
 from scoring.framework import Code, NodeInfo, PodInfo, Status
 from scoring.managed_fit import ManagedResourcesFit
@@ -92,11 +93,11 @@ class ExtenderService:
         self.dra = DynamicResources(cache.dra) if config.dra.enabled and claim_writer is not None else None
         cache.dra.proposal_ttl = config.dra.proposalTTLSeconds
         self.metrics = metrics or Metrics()
-        self.profile = config.build_profile()
+        self.fairness = Fairness.attach(cache, config.queue_config(), wall_clock)
+        self.profile = config.build_profile(FlavorFairness(self.fairness, self._node_labels))
         self.fit = ManagedResourcesFit(config.managed_resource_names)
         self.readiness = readiness or (lambda: (True, ""))
         self.wall_clock = wall_clock
-        self.queue_usage = QueueUsage.attach(cache, config.queue_config())
         self.decisions: deque[dict[str, Any]] = deque(maxlen=config.server.decisionHistory)
         self._pending: OrderedDict[str, PodInfo] = OrderedDict()
         self._pod_memo: OrderedDict[bytes, PodInfo] = OrderedDict()
@@ -109,6 +110,14 @@ class ExtenderService:
             "synced": {name: float(state.synced) for name, state in self.cache.sources.items()},
         }
 
+    @property
+    def queue_usage(self) -> QueueUsage | None:
+        return self.fairness.usage if self.fairness is not None else None
+
+    def _node_labels(self, name: str) -> Mapping[str, str] | None:
+        node = self.cache.nodes.get(name)
+        return None if node is None else node.labels
+
     # ------------------------------------------------------------------ helpers
     def _pod(self, obj: Mapping[str, Any] | bytes) -> PodInfo:
         """Parse the request's pod (memoised by its exact bytes) and remember it for /bind."""
@@ -120,6 +129,13 @@ class ExtenderService:
                 raise wire.WireError(f"Pod: {exc}") from None
             if isinstance(obj, bytes):
                 _remember(self._pod_memo, obj, pod, _POD_MEMO)
+        if self.fairness is not None and pod.queue_labels and not self.fairness.has_placement(pod.uid):
+            # Only queued pods need nodeSelector/affinity/tolerations (which flavors they may use).
+            try:
+                raw = wire.decode_pod(obj) if isinstance(obj, bytes) else obj
+                self.fairness.remember_placement(pod.uid, pod_placement(raw))
+            except ObjectError as exc:
+                raise wire.WireError(f"Pod: {exc}") from None
         _remember(self._pending, pod.uid, pod, _PENDING_PODS)
         return pod
 
@@ -243,11 +259,10 @@ class ExtenderService:
             verdicts.set(by_name[name], status)
 
     def _quota_rejections(self, pod: PodInfo, names: list[str]) -> dict[str, tuple[bool, str]]:
-        """Queue quota (app/queues.py): nodes whose flavor the pod's queue may not use or has no quota left on."""
-        if self.queue_usage is None or not pod.queue_labels:
+        """Queues (app/fairness.py): nodes whose flavor the pod's queue may not use or has no quota left on."""
+        if self.fairness is None or not pod.queue_labels:
             return {}
-        nodes = self.cache.nodes
-        return self.queue_usage.quota_rejections(pod, names, lambda n: getattr(nodes.get(n), "labels", None))
+        return self.fairness.filter(pod, names, self._node_labels)
 
     # ------------------------------------------------------------------ prioritize
     def prioritize(self, body: bytes, plugin: str | None = None) -> list[dict[str, Any]] | msgspec.Raw:
@@ -289,7 +304,9 @@ class ExtenderService:
 
     # ------------------------------------------------------------------ preempt
     def preempt(self, body: bytes) -> dict[str, Any]:
-        """Keep a node's proposed victims only if, without them, the pod fits our managed resources."""
+        """Per candidate node: for a queued pod, the fair-sharing victims instead of the scheduler's
+        (or the node dropped when there is no valid set); then keep the node only if, without its
+        victims, the pod fits our managed resources."""
         try:
             args = wire.decode_preempt_args(body)
             pod = self._pod(args.pod)
@@ -300,6 +317,7 @@ class ExtenderService:
         not_ready = self.not_ready_reason()
         result: dict[str, Any] = {}
         dropped: dict[str, str] = {}
+        fairness = self.fairness
         for node_name, victims in args.victims.items():
             entry = {"Pods": [{"UID": uid} for uid in victims.uids], "NumPDBViolations": victims.num_pdb_violations}
             if not_ready:
@@ -309,8 +327,19 @@ class ExtenderService:
             if node is None:
                 dropped[node_name] = REASON_NODE_NOT_IN_CACHE
                 continue
+            uids = victims.uids
+            choice = fairness.preempt_choice(pod, node_name, uids) if fairness is not None else None
+            if fairness is not None and choice is not None:
+                fairness.record_preempt(pod, node_name, choice)
+                if choice.action == "drop":
+                    dropped[node_name] = choice.reason
+                    continue
+                if choice.action == "replace":
+                    # Queue victims instead of the scheduler's; its PDB count is kept (we do not see PDBs).
+                    uids = list(choice.victims)
+                    entry = {"Pods": [{"UID": uid} for uid in uids], "NumPDBViolations": victims.num_pdb_violations}
             requested = dict(node.requested)
-            for uid in {*victims.uids, pod.uid}:  # the preemptor too, if already assumed there
+            for uid in {*uids, pod.uid}:  # the preemptor too, if already assumed there
                 counted = self.cache.counted(uid)
                 if counted is None or counted[0] != node_name:
                     continue  # not counted on this node: nothing to give back
@@ -319,6 +348,8 @@ class ExtenderService:
             status = self.fit.fits(pod, node.allocatable, requested)
             if status.passed:
                 result[node_name] = entry
+            elif choice is not None and choice.action == "replace":
+                dropped[node_name] = f"the queue victims do not free enough of the node: {status.reason}"
             else:
                 dropped[node_name] = status.reason
         self._record("preempt", pod.key, "ok", kept=sorted(result), dropped=dropped)
@@ -390,14 +421,19 @@ class ExtenderService:
 
     # ------------------------------------------------------------------ explain
     def explain(self, body: bytes) -> dict[str, Any]:
-        """Per node: the filter verdict, each plugin's raw 0..100 score, and the final 0..10 score."""
+        """Per node: the filter verdict, each plugin's raw 0..100 score, the final 0..10 score, and for
+        a queued pod the fairness verdict (queue, flavors, quota verdict, FlavorFairness score)."""
         args = wire.decode_extender_args(body)
         pod = self._pod(args.pod_raw)
         claims: PodClaims | Status | None = None
         if self.dra is not None and (pod.claims or pod.claims_pending):
             claims = self.dra.prefilter(pod)
         nodes = []
-        for verdict in self._verdicts(pod, args):
+        verdicts = list(self._verdicts(pod, args))
+        fairness = (
+            {} if self.fairness is None else self.fairness.explain(pod, [v.name for v in verdicts], self._node_labels)
+        )
+        for verdict in verdicts:
             entry: dict[str, Any] = {
                 "name": verdict.name,
                 "filter": {
@@ -425,6 +461,8 @@ class ExtenderService:
                 entry["dra"] = {"passed": False, "reason": claims.reason}
             elif claims is not None and self.dra is not None:
                 entry["dra"] = self.dra.explain(pod, claims, verdict.name)
+            if verdict.name in fairness:
+                entry["fairness"] = fairness[verdict.name]
             nodes.append(entry)
         return {"pod": pod.key, "notReady": self.not_ready_reason(), "nodes": nodes}
 

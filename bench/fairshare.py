@@ -4,7 +4,9 @@ Measures (run by hand, figures in the README):
 * recompute: usage of the whole tree plus weighted DRS of every ClusterQueue and cohort after one event;
 * incremental: one pod event applied with ``TreeUsage.with_delta`` plus the DRS of the queue's path;
 * filter-side verdict: flavor of each of 5,000 nodes (precomputed at cache time) and the per-flavor
-  quota check for one pod — the work a filter call adds over the service's baseline.
+  quota check for one pod — the work a filter call adds over the service's baseline;
+* the service's hooks (app/fairness.py) over 5,000 nodes: filter (flavor rules + quota), prioritize
+  (FlavorFairness), and the KAI fair-share division of 50 queues after an event.
 
     .venv/bin/python -m bench.fairshare [--rounds 2000]
 """
@@ -17,6 +19,9 @@ import time
 from collections.abc import Callable
 from types import SimpleNamespace
 
+from app.fairness import Fairness
+from app.kai_usage import KaiUsage
+from app.objects import pod_from_obj
 from app.queues import KUEUE_QUEUE_LABEL, QueueUsage, parse_queue_config
 from fairshare.drs import dominant_resource_share
 from fairshare.flavor import ResourceFlavor, node_matches_flavor
@@ -97,7 +102,7 @@ def main() -> None:
             allowed[f.name] = all(v <= snap.available("cq/cq-7", (f.name, r)) for r, v in request.items())
         _ = [allowed[name] for name in node_flavor]
 
-    # The service's filter hook: QueueUsage.quota_rejections over 5,000 nodes (50 queues, 5 cohorts).
+    # The service's hooks (app/fairness.py) over 5,000 nodes (50 queues, 5 cohorts).
     raw = {
         "resourceFlavors": [{"name": f.name, "nodeLabels": dict(f.node_labels)} for f in FLAVORS],
         "clusterQueues": [
@@ -114,22 +119,43 @@ def main() -> None:
             for i in range(50)
         ],
         "localQueues": [{"metadata": {"name": "lq", "namespace": "ns"}, "spec": {"clusterQueue": "cq-7"}}],
+        "kaiQueues": [
+            {"metadata": {"name": f"q{i}"}, "spec": {"priority": 100 + i % 3, "resources": {"gpu": {"quota": 8}}}}
+            for i in range(50)
+        ],
     }
-    queue_usage = QueueUsage(parse_queue_config(raw))
+    config = parse_queue_config(raw)
+    fairness = Fairness(QueueUsage(config))
     labels = {f"n{i}": {**n, "kubernetes.io/hostname": f"n{i}"} for i, n in enumerate(nodes)}
-    pod = SimpleNamespace(
-        namespace="ns",
-        uid="p",
-        queue_labels=((KUEUE_QUEUE_LABEL, "lq"),),
-        resources=SimpleNamespace(requests={GPU: 2, "cpu": 1000}),
+    pod = pod_from_obj(
+        {
+            "metadata": {"name": "p", "namespace": "ns", "uid": "p", "labels": {KUEUE_QUEUE_LABEL: "lq"}},
+            "spec": {"containers": [{"name": "c", "resources": {"requests": {GPU: "2", "cpu": "1"}}}]},
+        }
     )
     node_names = list(labels)
 
     def service_hook() -> None:
-        queue_usage.quota_rejections(pod, node_names, labels.get)
+        fairness.filter(pod, node_names, labels.get)
+
+    def prioritize_hook() -> None:
+        fairness.scores(pod, node_names, labels.get)
+
+    # KAI: 50 queues asking for 12 GPUs each over 5,000 x 8 GPUs; one event invalidates the division.
+    cache = SimpleNamespace(nodes_version=0, nodes={}, pods={}, counted_items=list)
+    kai = KaiUsage(config, cache=cache)
+    kai._totals = (0, {"gpu": 40000.0})
+    for i in range(50):
+        kai.pending[f"q{i}"] = {"gpu": 12.0}
+
+    def kai_division() -> None:
+        kai._version += 1  # what one pod event does
+        kai.fair_shares()
 
     for label, fn in (
         ("filter hook (app), 5000 nodes", service_hook),
+        ("prioritize hook, 5000 nodes", prioritize_hook),
+        ("KAI division, 50 queues", kai_division),
         ("recompute all shares", recompute),
         ("incremental event", incremental),
         ("filter verdicts, 5000 nodes", filter_verdicts),

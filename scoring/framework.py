@@ -151,6 +151,9 @@ class FilterPlugin(Protocol):
 
 
 class ScorePlugin(Protocol):
+    """A Score plugin. It may also define ``applies(pod) -> bool``: False leaves it out for that pod
+    (kube-scheduler's PreScore Skip), see ``scoring.profile``."""
+
     name: str
 
     def score(self, pod: PodInfo, node: NodeInfo) -> int:

@@ -59,11 +59,22 @@ class NodeScore:
     priority: int
 
 
+def _applies(spec: ScorePluginSpec, pod: PodInfo) -> bool:
+    """A plugin with ``applies(pod)`` False sits out for this pod, like a PreScore that returns Skip:
+    it is left out of the weighted mean instead of pulling every node's score down equally."""
+    applies = getattr(spec.plugin, "applies", None)
+    return applies is None or bool(applies(pod))
+
+
 class Profile:
     def __init__(self, filters: Sequence[FilterPlugin], scorers: Sequence[ScorePluginSpec]) -> None:
         self.filters = tuple(filters)
         self.scorers = tuple(scorers)
         self.scorer_names = tuple(s.plugin.name for s in scorers)
+
+    def active(self, pod: PodInfo) -> tuple[ScorePluginSpec, ...]:
+        """The score plugins that apply to ``pod``."""
+        return tuple(spec for spec in self.scorers if _applies(spec, pod))
 
     def filter(self, pod: PodInfo, node: NodeInfo) -> Status:
         """First failing check wins, in configured order, as kube-scheduler's RunFilterPlugins."""
@@ -74,8 +85,9 @@ class Profile:
         return SUCCESS
 
     def score(self, pod: PodInfo, node: NodeInfo) -> NodeScore:
-        raw = {spec.plugin.name: spec.plugin.score(pod, node) for spec in self.scorers}
-        node_score = combine_scores((spec.weight, raw[spec.plugin.name]) for spec in self.scorers)
+        active = self.active(pod)
+        raw = {spec.plugin.name: spec.plugin.score(pod, node) for spec in active}
+        node_score = combine_scores((spec.weight, raw[spec.plugin.name]) for spec in active)
         return NodeScore(raw, node_score, to_extender_priority(node_score))
 
     def priority(self, pod: PodInfo, node: NodeInfo, plugin: str | None = None) -> int:
@@ -96,7 +108,7 @@ class Profile:
 
     def priority_batch(self, pod: PodInfo, batch: Batch, plugin: str | None = None) -> list[int] | None:
         """0..10 priorities for every node of ``batch``; None when a plugin cannot batch."""
-        specs = self.scorers if plugin is None else [s for s in self.scorers if s.plugin.name == plugin]
+        specs = self.active(pod) if plugin is None else [s for s in self.scorers if s.plugin.name == plugin]
         if plugin is not None and not specs:
             raise KeyError(plugin)
         total = np.zeros(len(batch), dtype=np.int64)

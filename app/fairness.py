@@ -1,0 +1,420 @@
+"""Queue decisions for the verbs: which nodes a queued pod may use (filter), the FlavorFairness score
+(prioritize), fair-sharing victims (preempt), and what /debug shows about them.
+
+It reads the usage the cache keeps current (``QueueUsage`` for Kueue ClusterQueues per flavor,
+``KaiUsage`` for KAI queues per resource) and calls the pure ``fairshare`` functions. A node's
+flavor depends only on the values of the flavors' label keys, so each request computes one verdict
+per distinct label signature, not one per node.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from app.kai_usage import KaiUsage, kai_amounts
+from app.queues import KAI_QUEUE_LABEL, KUEUE_QUEUE_LABEL, QueueConfig, QueueUsage, queues_view
+from fairshare.admission import QuotaVerdict, Verdict, check_quota
+from fairshare.flavor import PodPlacement, flavor_fits_pod, node_matches_flavor
+from fairshare.flavor_fairness import NAME as FLAVOR_FAIRNESS
+from fairshare.flavor_fairness import flavor_fairness_score
+from fairshare.preemption import Candidate, fair_preemption
+from fairshare.quota import FlavorResource, TreeUsage
+from scoring.framework import NodeInfo, PodInfo
+
+__all__ = ["FLAVOR_FAIRNESS", "Fairness", "FlavorFairness", "PreemptChoice", "QueuedPod"]
+
+NodeLabels = Callable[[str], Mapping[str, str] | None]
+_PLACEMENTS = 1024  # placements of recently seen queued pods, for prioritize and preempt
+_NO_PLACEMENT = PodPlacement()
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedPod:
+    """A pod's queue, resolved once per request. ``missing`` says why its queue cannot be used."""
+
+    kind: Literal["kueue", "kai"]
+    queue: str
+    requests: Mapping[str, float]  # Kueue: covered resources in Kueue units (cpu in cores)
+    covered: tuple[str, ...] = ()
+    missing: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFairness:
+    """The fairness verdict of one label signature (hence of every node carrying it)."""
+
+    flavors: Mapping[str, str]  # resource -> flavor; empty when the node's flavor is not allowed
+    request: Mapping[FlavorResource, float]
+    verdict: Verdict
+    reason: str = ""
+    borrowing: bool = False
+    flavor_index: int = 0
+    flavor_count: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptChoice:
+    """``keep``: quota is not what blocks the pod, judge the scheduler's victims by node fit only.
+    ``replace``: these victims (UIDs, highest priority first). ``drop``: no valid set on this node."""
+
+    action: Literal["keep", "replace", "drop"]
+    victims: tuple[str, ...] = ()
+    reason: str = ""
+    detail: tuple[dict[str, Any], ...] = ()
+
+
+class Fairness:
+    def __init__(self, usage: QueueUsage, kai: KaiUsage | None = None, wall_clock: Callable[[], float] = time.time):
+        self.usage = usage
+        self.kai = kai
+        self.wall_clock = wall_clock
+        self.decisions: deque[dict[str, Any]] = deque(maxlen=100)
+        self._placements: OrderedDict[str, PodPlacement] = OrderedDict()
+
+    @staticmethod
+    def attach(cache: Any, config: QueueConfig | None, wall_clock: Callable[[], float] = time.time) -> Fairness | None:
+        """Fairness fed by the cache: every change of what a pod counts, and every pod event."""
+        if config is None:
+            return None
+        usage = QueueUsage(config, cache=cache)
+        kai = KaiUsage(config, cache=cache)
+
+        def on_count(uid: str, entry: tuple[str, Any, bool] | None) -> None:
+            usage.account(uid, *usage.contribution(entry))
+            kai.refresh(uid)
+
+        usage.recount()
+        kai.recount()
+        cache.on_count = on_count
+        cache.on_pod = kai.refresh
+        return Fairness(usage, kai, wall_clock)
+
+    @property
+    def config(self) -> QueueConfig:
+        return self.usage.config
+
+    def reconfigure(self, config: QueueConfig) -> None:
+        """A new queue configuration (config reload, watched Kueue objects): recount all usage."""
+        self.usage.reconfigure(config)
+        if self.kai is not None:
+            self.kai.reconfigure(config)
+
+    # ------------------------------------------------------------------ pods
+    def remember_placement(self, uid: str, placement: PodPlacement) -> None:
+        self._placements[uid] = placement
+        self._placements.move_to_end(uid)
+        while len(self._placements) > _PLACEMENTS:
+            self._placements.popitem(last=False)
+
+    def has_placement(self, uid: str) -> bool:
+        return uid in self._placements
+
+    def placement(self, uid: str) -> PodPlacement:
+        return self._placements.get(uid, _NO_PLACEMENT)
+
+    def queued(self, pod: PodInfo) -> QueuedPod | None:
+        """The pod's queue (Kueue label first, then KAI), or None: pods without one are not subject to quota."""
+        labels = dict(pod.queue_labels)
+        config = self.config
+        if KUEUE_QUEUE_LABEL in labels:
+            name = labels[KUEUE_QUEUE_LABEL]
+            cq = config.cluster_queue_for(pod.namespace, labels)
+            if cq is None:
+                return QueuedPod("kueue", name, {}, missing=f"LocalQueue {pod.namespace}/{name} does not exist")
+            requests = {r: (a / 1000.0 if r == "cpu" else float(a)) for r, a in pod.resources.requests.items() if a}
+            covered = tuple(r for r in requests if config.tree.cluster_queues[cq].flavors_for(r))
+            return QueuedPod("kueue", cq, requests, covered)
+        if KAI_QUEUE_LABEL in labels and self.kai is not None and config.kai_queues:
+            return QueuedPod("kai", labels[KAI_QUEUE_LABEL], {})
+        return None
+
+    def _snapshot_without(self, pod: PodInfo) -> TreeUsage:
+        """The usage snapshot; a retried pod must not compete with its own assumption."""
+        snap = self.usage.snapshot()
+        own = self.usage.counted(pod.uid)
+        return snap if own is None else snap.with_delta(own[0], own[1], -1.0)
+
+    # ------------------------------------------------------------------ per node signature
+    def _judge(
+        self, queued: QueuedPod, placement: PodPlacement, labels: Mapping[str, str], snap: TreeUsage
+    ) -> NodeFairness:
+        config = self.config
+        spec = config.tree.cluster_queues[queued.queue]
+        flavors: dict[str, str] = {}
+        index, count = 0, 1
+        for resource in queued.covered:
+            candidates = spec.flavors_for(resource)
+            why = ""
+            for position, name in enumerate(candidates):
+                flavor = config.flavors.get(name)
+                if flavor is None or not node_matches_flavor(labels, flavor):
+                    continue
+                why = flavor_fits_pod(flavor, placement) or ""
+                if not why:
+                    flavors[resource] = name
+                    if position >= index:
+                        index, count = position, len(candidates)
+                    break
+            if resource not in flavors:
+                reason = why or f"node's flavor is not allowed for ClusterQueue {queued.queue} ({resource})"
+                return NodeFairness({}, {}, Verdict.UNRESOLVABLE, reason)
+        request = {(flavors[r], r): queued.requests[r] for r in queued.covered}
+        verdict: QuotaVerdict = check_quota(snap, queued.queue, request)
+        return NodeFairness(flavors, request, verdict.verdict, verdict.reason, verdict.borrowing, index, count)
+
+    def _per_node(
+        self, pod: PodInfo, queued: QueuedPod, names: Iterable[str], node_labels: NodeLabels
+    ) -> Iterable[tuple[str, NodeFairness | None]]:
+        snap = self._snapshot_without(pod)
+        placement = self.placement(pod.uid)
+        keys = self.config.flavor_label_keys
+        memo: dict[tuple[str | None, ...], NodeFairness] = {}
+        for name in names:
+            labels = node_labels(name)
+            if labels is None:
+                yield name, None
+                continue
+            signature = tuple(labels.get(k) for k in keys)
+            judged = memo.get(signature)
+            if judged is None:
+                judged = memo[signature] = self._judge(queued, placement, labels, snap)
+            yield name, judged
+
+    # ------------------------------------------------------------------ filter
+    def filter(self, pod: PodInfo, names: Sequence[str], node_labels: NodeLabels) -> dict[str, tuple[bool, str]]:
+        """Nodes the pod's queue may not use: name -> (unresolvable, reason); recorded for /debug/queues."""
+        queued = self.queued(pod)
+        if queued is None or not names:
+            return {}
+        out = self._rejections(pod, queued, names, node_labels)
+        if out:
+            reasons: dict[str, int] = {}
+            for _hard, reason in out.values():
+                reasons[reason] = reasons.get(reason, 0) + 1
+            self._record("filter", pod, queued, rejected=len(out), of=len(names), reasons=reasons)
+        return out
+
+    def _rejections(
+        self, pod: PodInfo, queued: QueuedPod, names: Sequence[str], node_labels: NodeLabels
+    ) -> dict[str, tuple[bool, str]]:
+        if queued.missing:
+            return dict.fromkeys(names, (True, queued.missing))
+        if queued.kind == "kai":
+            assert self.kai is not None
+            rejection = self.kai.check(pod.uid, queued.queue, pod.resources.requests)
+            return {} if rejection is None else dict.fromkeys(names, rejection)
+        out: dict[str, tuple[bool, str]] = {}
+        for name, judged in self._per_node(pod, queued, names, node_labels):
+            if judged is not None and judged.verdict is not Verdict.FITS:
+                out[name] = (judged.verdict is Verdict.UNRESOLVABLE, judged.reason)
+        return out
+
+    # ------------------------------------------------------------------ prioritize
+    def scores(self, pod: PodInfo, names: Sequence[str], node_labels: NodeLabels) -> list[int]:
+        """FlavorFairness 0..100 per node (0 where the node's flavor is not allowed)."""
+        queued = self.queued(pod)
+        if queued is None or queued.kind != "kueue" or queued.missing:
+            return [0] * len(names)
+        snap = self._snapshot_without(pod)
+        weights = self.config.weight
+        memo: dict[int, int] = {}
+        out = []
+        for _name, judged in self._per_node(pod, queued, names, node_labels):
+            if judged is None or not judged.flavors:
+                out.append(0)
+                continue
+            score = memo.get(id(judged))
+            if score is None:
+                score = memo[id(judged)] = flavor_fairness_score(
+                    snap, queued.queue, judged.request, judged.flavor_index, judged.flavor_count, weights
+                )
+            out.append(score)
+        return out
+
+    # ------------------------------------------------------------------ preempt
+    def preempt_choice(self, pod: PodInfo, node_name: str, scheduler_victims: Sequence[str]) -> PreemptChoice:
+        """Fair-sharing victims on one node, Kueue's rules; KAI reclaim rules for KAI pods."""
+        queued = self.queued(pod)
+        if queued is None:
+            return PreemptChoice("keep")
+        if queued.missing:
+            return PreemptChoice("drop", reason=queued.missing)
+        if queued.kind == "kai":
+            return self._kai_victims(pod, queued, scheduler_victims)
+        cache = self.usage.cache
+        node = cache.nodes.get(node_name) if cache is not None else None
+        if node is None:
+            return PreemptChoice("drop", reason="node unknown to the GPU extender")
+        snap = self._snapshot_without(pod)
+        judged = self._judge(queued, self.placement(pod.uid), node.labels, snap)
+        if judged.verdict is Verdict.FITS:
+            return PreemptChoice("keep")
+        if judged.verdict is Verdict.UNRESOLVABLE:
+            return PreemptChoice("drop", reason=judged.reason)
+        candidates = []
+        for uid, (where, other, assumed) in cache.counted_items():
+            counted = self.usage.counted(uid)
+            if where != node_name or assumed or counted is None or uid == pod.uid:
+                continue  # only pods bound on this node; an assumption in flight is not a victim
+            admitted = self.usage.admitted_at.get(uid, 0.0)
+            candidates.append(Candidate(uid, counted[0], other.priority, admitted, counted[1]))
+        config = self.config
+        victims = fair_preemption(
+            snap,
+            queued.queue,
+            judged.request,
+            candidates,
+            priority=pod.priority,
+            weights=config.weight,
+            strategies=config.preemption_strategies,
+        )
+        if not victims:
+            return PreemptChoice("drop", reason=f"no fair-sharing victims on this node for ClusterQueue {queued.queue}")
+        order = sorted(range(len(victims)), key=lambda i: (-victims[i].candidate.priority, i))
+        chosen = [victims[i] for i in order]
+        detail = tuple(
+            {"uid": v.candidate.uid, "clusterQueue": v.candidate.cluster_queue, "reason": v.reason} for v in chosen
+        )
+        return PreemptChoice("replace", tuple(v.candidate.uid for v in chosen), detail=detail)
+
+    def _kai_victims(self, pod: PodInfo, queued: QueuedPod, scheduler_victims: Sequence[str]) -> PreemptChoice:
+        """Keep the scheduler's victims that KAI's reclaim rules allow (same queue, or a queue that
+        stays above its fair share and a reclaimer within its own); drop the node if none remain."""
+        assert self.kai is not None
+        kai, cache = self.kai, self.kai.cache
+        shares = kai.fair_shares()
+        reclaimer = kai.queues.get(queued.queue)
+        if reclaimer is None:
+            return PreemptChoice("drop", reason=f"KAI queue {queued.queue} does not exist")
+        request = {r: v for r, v in kai_amounts(pod.resources.requests).items() if r in reclaimer.resources}
+        own = kai.allocated.get(queued.queue, {})
+        can_reclaim = all(
+            own.get(r, 0.0) + v <= shares.get(queued.queue, {}).get(r, 0.0) + 1e-9 for r, v in request.items()
+        )
+        remaining = {q: dict(a) for q, a in kai.allocated.items()}
+        kept, detail = [], []
+        for uid in scheduler_victims:
+            counted = cache.counted(uid) if cache is not None else None
+            victim_queue = kai.queue_of(dict(counted[1].queue_labels)) if counted is not None else None
+            if victim_queue is None or victim_queue not in kai.queues or victim_queue == queued.queue:
+                kept.append(uid)
+                detail.append({"uid": uid, "queue": victim_queue, "reason": "SameQueueOrUnqueued"})
+                continue
+            assert counted is not None
+            spec = kai.queues[victim_queue].resources
+            left = remaining.setdefault(victim_queue, {})
+            above = any(
+                left.get(r, 0.0) > _allocatable_share(spec.get(r), shares.get(victim_queue, {}).get(r, 0.0)) + 1e-9
+                for r in request
+            )
+            if can_reclaim and above:
+                kept.append(uid)
+                detail.append({"uid": uid, "queue": victim_queue, "reason": "MaintainFairShare"})
+                for r, v in kai_amounts(counted[1].resources.requests).items():
+                    left[r] = left.get(r, 0.0) - v
+        if not kept and scheduler_victims:
+            return PreemptChoice("drop", reason=f"KAI reclaim rules allow none of the victims for queue {queued.queue}")
+        return PreemptChoice("replace", tuple(kept), detail=tuple(detail))
+
+    def record_preempt(self, pod: PodInfo, node: str, choice: PreemptChoice) -> None:
+        queued = self.queued(pod)
+        if queued is not None and choice.action != "keep":
+            self._record(
+                "preempt",
+                pod,
+                queued,
+                node=node,
+                action=choice.action,
+                reason=choice.reason,
+                victims=list(choice.detail),
+            )
+
+    # ------------------------------------------------------------------ debug
+    def explain(self, pod: PodInfo, names: Sequence[str], node_labels: NodeLabels) -> dict[str, dict[str, Any]]:
+        """Per node: the queue, flavors, quota verdict and FlavorFairness score."""
+        queued = self.queued(pod)
+        if queued is None:
+            return {}
+        if queued.missing or queued.kind == "kai":
+            rejection = self._rejections(pod, queued, names[:1], node_labels).get(names[0]) if names else None
+            verdict = {"queue": queued.queue, "kind": queued.kind, "passed": rejection is None}
+            if rejection is not None:
+                verdict.update(unresolvable=rejection[0], reason=rejection[1])
+            return dict.fromkeys(names, verdict)
+        scores = dict(zip(names, self.scores(pod, names, node_labels), strict=True))
+        out = {}
+        for name, judged in self._per_node(pod, queued, names, node_labels):
+            if judged is None:
+                continue
+            out[name] = {
+                "queue": queued.queue,
+                "kind": "kueue",
+                "passed": judged.verdict is Verdict.FITS,
+                "verdict": judged.verdict.value,
+                "reason": judged.reason,
+                "flavors": dict(judged.flavors),
+                "borrowing": judged.borrowing,
+                FLAVOR_FAIRNESS: scores[name],
+            }
+        return out
+
+    def view(self) -> dict[str, Any]:
+        out = queues_view(self.config, self.usage)
+        if self.kai is not None and self.config.kai_queues:
+            out["kai"] = self.kai.view()
+        out["decisions"] = list(self.decisions)
+        return out
+
+    def _record(self, verb: str, pod: PodInfo, queued: QueuedPod, **detail: Any) -> None:
+        self.decisions.append(
+            {
+                "time": self.wall_clock(),
+                "verb": verb,
+                "pod": pod.key,
+                "queue": queued.queue,
+                "kind": queued.kind,
+                **detail,
+            }
+        )
+
+
+def _allocatable_share(spec: Any, fair_share: float) -> float:
+    """KAI's allocatable share: max(deserved, fair share), capped by the limit."""
+    if spec is None:
+        return fair_share
+    share = max(spec.deserved, fair_share)
+    return share if spec.limit < 0 else min(share, spec.limit)
+
+
+class FlavorFairness:
+    """The FlavorFairness score plugin, combined with the others by its profile weight.
+
+    It reads queue state the pure scoring plugins cannot see, so it lives on the adapter side; it
+    applies only to pods of a Kueue ClusterQueue (others are scored by the rest of the profile).
+    """
+
+    name = FLAVOR_FAIRNESS
+
+    def __init__(self, fairness: Fairness | None, node_labels: NodeLabels) -> None:
+        self.fairness = fairness
+        self.node_labels = node_labels
+
+    def applies(self, pod: PodInfo) -> bool:
+        if self.fairness is None:
+            return False
+        queued = self.fairness.queued(pod)
+        return queued is not None and queued.kind == "kueue" and not queued.missing
+
+    def score(self, pod: PodInfo, node: NodeInfo) -> int:
+        return self.fairness.scores(pod, [node.name], self.node_labels)[0] if self.fairness is not None else 0
+
+    def score_batch(self, pod: PodInfo, batch: Any) -> Any:
+        if self.fairness is None:
+            return np.zeros(len(batch), dtype=np.int64)
+        return np.asarray(self.fairness.scores(pod, batch.names, self.node_labels), dtype=np.int64)

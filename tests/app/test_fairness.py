@@ -1,0 +1,397 @@
+"""Queues in the verbs (app/fairness.py, app/kai_usage.py): flavor rules in filter, FlavorFairness in
+prioritize, fair-sharing victims in preempt, KAI fair share, and what /debug shows. Every expected
+number is worked by hand in a comment from the reference (fair-sharing.md) or the example config."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from app.config import ConfigError, ExtenderConfiguration, parse_config
+from app.objects import node_from_obj, pod_from_obj
+from app.queues import KAI_QUEUE_LABEL, KUEUE_QUEUE_LABEL
+from tests.conftest import bind_body, filter_body, make_service, node_obj, pod_obj
+
+GPU = "nvidia.com/gpu"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "fairshare.yaml"
+
+
+def labelled(name: str, labels: dict[str, str], gpus: int = 8) -> dict[str, Any]:
+    node = node_obj(name, gpus=gpus)
+    node["metadata"]["labels"] = labels
+    return node
+
+
+def in_queue(pod: dict[str, Any], queue: str, label: str = KUEUE_QUEUE_LABEL) -> dict[str, Any]:
+    pod["metadata"].setdefault("labels", {})[label] = queue
+    return pod
+
+
+def story1(**extra: Any) -> dict[str, Any]:
+    section = yaml.safe_load(EXAMPLE.read_text())
+    section["localQueues"].append(
+        {"metadata": {"name": "lq-b", "namespace": "team-b"}, "spec": {"clusterQueue": "team-b"}}
+    )
+    return {"queues": section, **extra}
+
+
+def fit_plus() -> dict[str, Any]:
+    """The default profile's NodeResourcesFitPlus entry (weight 1)."""
+    (plugin,) = [p for p in ExtenderConfiguration().plugins if p.name == "NodeResourcesFitPlus"]
+    return plugin.model_dump()
+
+
+STORY1_NODES = [
+    labelled("spot-1", {"gpu-type": "a10", "lifecycle": "spot"}),
+    labelled("h100-1", {"gpu-type": "h100"}, gpus=32),
+]
+
+
+# ---------------------------------------------------------------------------- filter: flavor rules
+def test_flavor_taints_and_node_selector_decide_which_flavors_a_pod_may_use(client_for: Any) -> None:
+    """A flavor whose taint neither it nor the pod tolerates is closed to the pod (unresolvable), and a
+    nodeSelector on a flavor's label key must match that flavor's value; keys of no flavor are ignored."""
+    section = yaml.safe_load(EXAMPLE.read_text())
+    section["resourceFlavors"][1]["spec"].pop("tolerations")  # a10-spot: taint spot=true:NoSchedule, untolerated
+    service = make_service(STORY1_NODES, [], config={"queues": section})
+    client = client_for(service)
+    names = ["spot-1", "h100-1"]
+
+    plain = in_queue(pod_obj("p", gpus=1, namespace="team-a", uid="p"), "training")
+    result = client.post("/filter", content=filter_body(plain, names)).json()
+    assert result["NodeNames"] == ["h100-1"]
+    assert "untolerated taint spot=true:NoSchedule of flavor a10-spot" in result["FailedAndUnresolvableNodes"]["spot-1"]
+
+    tolerant = in_queue(pod_obj("t", gpus=1, namespace="team-a", uid="t"), "training")
+    tolerant["spec"]["tolerations"] = [{"key": "spot", "operator": "Equal", "value": "true", "effect": "NoSchedule"}]
+    assert client.post("/filter", content=filter_body(tolerant, names)).json()["NodeNames"] == names
+
+    pinned = in_queue(pod_obj("s", gpus=1, namespace="team-a", uid="s"), "training")
+    pinned["spec"]["tolerations"] = tolerant["spec"]["tolerations"]
+    pinned["spec"]["nodeSelector"] = {"gpu-type": "a10", "zone": "z1"}  # zone: no flavor's key -> ignored
+    result = client.post("/filter", content=filter_body(pinned, names)).json()
+    assert result["NodeNames"] == ["spot-1"]
+    assert (
+        "nodeSelector gpu-type=a10 does not match flavor h100-reserved"
+        in (result["FailedAndUnresolvableNodes"]["h100-1"])
+    )
+
+
+def test_required_affinity_is_matched_against_the_flavor_labels(client_for: Any) -> None:
+    service = make_service(STORY1_NODES, [], config=story1())
+    client = client_for(service)
+    pod = in_queue(pod_obj("a", gpus=1, namespace="team-a", uid="a"), "training")
+    term = {"matchExpressions": [{"key": "gpu-type", "operator": "In", "values": ["h100"]}]}
+    pod["spec"]["affinity"] = {
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}
+    }
+    result = client.post("/filter", content=filter_body(pod, ["spot-1", "h100-1"])).json()
+    assert result["NodeNames"] == ["h100-1"]
+    assert "required node affinity does not match flavor a10-spot" in result["FailedAndUnresolvableNodes"]["spot-1"]
+
+
+def test_a_pod_naming_a_missing_local_queue_is_rejected_everywhere(client_for: Any) -> None:
+    service = make_service(STORY1_NODES, [], config=story1())
+    pod = in_queue(pod_obj("lost", gpus=1, namespace="team-a", uid="lost"), "no-such-queue")
+    result = client_for(service).post("/filter", content=filter_body(pod, ["spot-1", "h100-1"])).json()
+    assert result["NodeNames"] == []
+    assert set(result["FailedAndUnresolvableNodes"].values()) == {"LocalQueue team-a/no-such-queue does not exist"}
+
+
+def test_malformed_tolerations_of_a_queued_pod_get_a_clear_error(client_for: Any) -> None:
+    service = make_service(STORY1_NODES, [], config=story1())
+    pod = in_queue(pod_obj("bad", gpus=1, namespace="team-a", uid="bad"), "training")
+    pod["spec"]["tolerations"] = [{"operator": "Equal", "value": "x"}]
+    result = client_for(service).post("/filter", content=filter_body(pod, ["spot-1"])).json()
+    assert "Pod.spec.tolerations[0].operator: must be Exists when key is empty" in result["Error"]
+
+
+def test_flavor_follows_a_node_relabel() -> None:
+    """A node moved from a10 to h100 labels: its pods count against h100-reserved from then on."""
+    running = in_queue(pod_obj("b", gpus=2, node="n", namespace="team-b", uid="b", phase="Running"), "lq-b")
+    service = make_service([labelled("n", {"gpu-type": "a10", "lifecycle": "spot"})], [running], config=story1())
+    usage = service.queue_usage
+    assert usage is not None and usage.usage["team-b"] == {("a10-spot", GPU): 2.0}
+    service.cache.upsert_node(node_from_obj(labelled("n", {"gpu-type": "h100"})))
+    assert usage.usage["team-b"] == {("h100-reserved", GPU): 2.0}
+
+
+# ---------------------------------------------------------------------------- prioritize: FlavorFairness
+def test_flavor_fairness_prefers_non_borrowing_earlier_flavors(client_for: Any) -> None:
+    """team-a, 2 GPUs, nothing in use. h100-reserved is its first flavor and within nominal: 100 -> 10.
+    a10-spot borrows: weighted share after admission = 2*1 / (8 h100 * 8 + 12 a10 * 1) * 1000 = 26.3
+    per-mille (team-b lends 12 of its 16 a10) -> 49 - floor(26.3 * 49 / 1000) = 48 -> priority 5."""
+    plugins = [fit_plus(), {"name": "FlavorFairness", "weight": 3}]
+    service = make_service(STORY1_NODES, [], config=story1(plugins=plugins))
+    client = client_for(service)
+    pod = in_queue(pod_obj("a", gpus=2, namespace="team-a", uid="a"), "training")
+    body = filter_body(pod, ["spot-1", "h100-1"])
+    alone = client.post("/prioritize/FlavorFairness", content=body).json()
+    assert alone == [{"Host": "spot-1", "Score": 5}, {"Host": "h100-1", "Score": 10}]
+    explained = {n["name"]: n for n in client.post("/debug/explain", content=body).json()["nodes"]}
+    assert explained["h100-1"]["scores"]["FlavorFairness"] == 100
+    assert explained["spot-1"]["scores"]["FlavorFairness"] == 48
+    assert explained["spot-1"]["fairness"]["borrowing"] is True
+    assert explained["spot-1"]["fairness"]["flavors"] == {GPU: "a10-spot"}
+    # Combined by weight: (fit + 3 * fairness) // 4, as /debug/explain computes it node by node.
+    combined = {e["Host"]: e["Score"] for e in client.post("/prioritize", content=body).json()}
+    for name, node in explained.items():
+        fit = node["scores"]["NodeResourcesFitPlus"]
+        assert node["nodeScore"] == (fit + 3 * node["scores"]["FlavorFairness"]) // 4
+        assert combined[name] == node["score"]
+    assert combined["h100-1"] > combined["spot-1"]
+
+
+def test_flavor_fairness_sits_out_for_pods_without_a_queue(client_for: Any) -> None:
+    """Unqueued pods are scored as if FlavorFairness were not in the profile (kube-scheduler's PreScore Skip)."""
+    with_plugin = make_service(
+        STORY1_NODES,
+        [],
+        config=story1(plugins=[fit_plus(), {"name": "FlavorFairness", "weight": 5}]),
+    )
+    without = make_service(STORY1_NODES, [], config=story1(plugins=[fit_plus()]))
+    pod = pod_obj("free", gpus=3, namespace="team-a", uid="free")
+    body = filter_body(pod, ["spot-1", "h100-1"])
+    scores = client_for(with_plugin).post("/prioritize", content=body).json()
+    assert scores == client_for(without).post("/prioritize", content=body).json()
+    assert len({s["Score"] for s in scores}) == 2  # the nodes differ, so equality is not trivial
+
+
+def test_flavor_fairness_config_is_validated() -> None:
+    with pytest.raises(ConfigError, match=r"plugins\[0\].name: FlavorFairness needs the queues section"):
+        parse_config({"plugins": [{"name": "FlavorFairness"}]})
+    with pytest.raises(ConfigError, match=r"plugins\[0\].args: FlavorFairness takes no args"):
+        parse_config({**story1(), "plugins": [{"name": "FlavorFairness", "args": {"x": 1}}]})
+
+
+# ---------------------------------------------------------------------------- preempt: fair-sharing victims
+COHORT_9 = {
+    "resourceFlavors": [{"metadata": {"name": "default"}}],
+    "cohorts": [
+        {
+            "metadata": {"name": "c"},
+            "spec": {
+                "resourceGroups": [
+                    {
+                        "coveredResources": [GPU],
+                        "flavors": [{"name": "default", "resources": [{"name": GPU, "nominalQuota": 9}]}],
+                    }
+                ]
+            },
+        }
+    ],
+    "clusterQueues": [
+        {
+            "metadata": {"name": name},
+            "spec": {
+                "cohortName": "c",
+                "preemption": {"reclaimWithinCohort": "Any"},
+                "resourceGroups": [
+                    {
+                        "coveredResources": [GPU],
+                        "flavors": [{"name": "default", "resources": [{"name": GPU, "nominalQuota": 0}]}],
+                    }
+                ],
+            },
+        }
+        for name in ("cq-p1", "cq-p2")
+    ],
+    "localQueues": [
+        {"metadata": {"name": "lq", "namespace": ns}, "spec": {"clusterQueue": f"cq-{ns}"}} for ns in ("p1", "p2")
+    ],
+}
+
+
+def preempt_service() -> Any:
+    """The reference's worked example (section 5.2) on one node: cohort 9 GPUs, cq-p1 runs 4 x 2 on n1
+    (9 GPUs), priorities 1..4 so the candidate order (lower priority first) is w0, w1, w2, w3."""
+    workers = [
+        in_queue(
+            pod_obj(
+                f"w{i}",
+                gpus=2,
+                cpu=None,
+                memory=None,
+                node="n1",
+                namespace="p1",
+                uid=f"w{i}",
+                phase="Running",
+                priority=i + 1,
+            ),
+            "lq",
+        )
+        for i in range(4)
+    ]
+    other = pod_obj("x", gpus=4, node="n2", uid="x", phase="Running")  # no queue
+    return make_service(
+        [node_obj("n1", gpus=9), node_obj("n2", gpus=4)], [*workers, other], config={"queues": COHORT_9}
+    )
+
+
+def preempt(service: Any, gpus: int, victims: dict[str, list[str]]) -> dict[str, Any]:
+    pod = in_queue(pod_obj(f"in-{gpus}", gpus=gpus, cpu=None, memory=None, namespace="p2", priority=10), "lq")
+    body = {
+        "Pod": pod,
+        "NodeNameToMetaVictims": {
+            n: {"Pods": [{"UID": u} for u in uids], "NumPDBViolations": 0} for n, uids in victims.items()
+        },
+    }
+    answer: dict[str, Any] = service.preempt(json.dumps(body).encode())
+    return answer["NodeNameToMetaVictims"]
+
+
+def test_preempt_replaces_victims_by_the_fair_sharing_choice() -> None:
+    """Incoming 5 in cq-p2: w0 passes LessThanOrEqualToFinalShare (5/9 = 555.6 <= 6/9 = 666.7), w1 only
+    LessThanInitialShare (555.6 < 666.7) -> victims w0, w1 (sent highest priority first: w1, w0),
+    which also free 4 of n1's GPUs (1 free + 4 >= 5). The scheduler had proposed all four."""
+    service = preempt_service()
+    answer = preempt(service, 5, {"n1": ["w0", "w1", "w2", "w3"]})
+    assert answer == {"n1": {"Pods": [{"UID": "w1"}, {"UID": "w0"}], "NumPDBViolations": 0}}
+    decision = service.fairness.decisions[-1]
+    assert decision["verb"] == "preempt" and decision["node"] == "n1"
+    assert [(v["uid"], v["reason"]) for v in decision["victims"]] == [
+        ("w1", "InCohortFairSharing"),
+        ("w0", "InCohortFairSharing"),
+    ]
+
+
+def test_preempt_drops_a_node_without_a_valid_fair_sharing_set() -> None:
+    """Incoming 6: w0 passes S2-a (666.7 <= 666.7) but nothing passes for a second victim (4/9 = 444 <
+    666.7 fails S2-a; 666.7 < 666.7 fails S2-b) -> no preemption at all, so n1 is dropped."""
+    service = preempt_service()
+    assert preempt(service, 6, {"n1": ["w0", "w1", "w2", "w3"]}) == {}
+    assert "no fair-sharing victims" in service.fairness.decisions[-1]["reason"]
+
+
+def test_preempt_keeps_the_schedulers_victims_when_quota_is_not_the_problem() -> None:
+    """Incoming 1: the cohort has 9 - 8 = 1 GPU available, so the quota fits; only node room is
+    missing and the scheduler's victims are judged by node fit as without queues."""
+    service = preempt_service()
+    answer = preempt(service, 1, {"n1": ["w3"], "n2": ["x"]})
+    assert answer == {
+        "n1": {"Pods": [{"UID": "w3"}], "NumPDBViolations": 0},
+        "n2": {"Pods": [{"UID": "x"}], "NumPDBViolations": 0},
+    }
+
+
+def test_preempt_drops_a_node_when_the_queue_victims_do_not_free_the_node() -> None:
+    """Same quota as the 5-GPU case, but n1 has only 8 GPUs: w0 + w1 free 4 < 5 -> dropped."""
+    workers = [
+        in_queue(
+            pod_obj(
+                f"w{i}",
+                gpus=2,
+                cpu=None,
+                memory=None,
+                node="n1",
+                namespace="p1",
+                uid=f"w{i}",
+                phase="Running",
+                priority=i + 1,
+            ),
+            "lq",
+        )
+        for i in range(4)
+    ]
+    service = make_service([node_obj("n1", gpus=8)], workers, config={"queues": COHORT_9})
+    assert preempt(service, 5, {"n1": ["w0", "w1", "w2", "w3"]}) == {}
+
+
+# ---------------------------------------------------------------------------- KAI queues
+def kai_config(qa: dict[str, Any], qb: dict[str, Any] | None = None, **fair_sharing: Any) -> dict[str, Any]:
+    return {
+        "queues": {
+            "kaiQueues": [
+                {"metadata": {"name": "qa"}, "spec": {"resources": {"gpu": qa}}},
+                {"metadata": {"name": "qb"}, "spec": {"resources": {"gpu": qb or {"quota": 4}}}},
+            ],
+            "fairSharing": fair_sharing,
+        }
+    }
+
+
+def kai_pods(qb_pending: int) -> list[dict[str, Any]]:
+    pods = [in_queue(pod_obj("a-run", gpus=4, node="n", uid="a-run", phase="Running"), "qa", KAI_QUEUE_LABEL)]
+    if qb_pending:
+        pods.append(in_queue(pod_obj("b-wait", gpus=qb_pending, uid="b-wait"), "qb", KAI_QUEUE_LABEL))
+    return pods
+
+
+def kai_filter(service: Any, client_for: Any, gpus: int = 2) -> dict[str, Any]:
+    pod = in_queue(pod_obj("a-new", gpus=gpus, uid="a-new"), "qa", KAI_QUEUE_LABEL)
+    result: dict[str, Any] = client_for(service).post("/filter", content=filter_body(pod, ["n"])).json()
+    return result
+
+
+def test_kai_over_quota_goes_to_the_queue_that_asks(client_for: Any) -> None:
+    """8 GPUs; qa (deserved 4) runs 4 and asks 2 more, qb (deserved 4) asks nothing: phase 1 gives 4/0,
+    the 4 left go over quota to qa up to its request -> fair share 6: 4 + 2 <= 6 passes."""
+    service = make_service([node_obj("n", gpus=8)], kai_pods(0), config=kai_config({"quota": 4}))
+    assert kai_filter(service, client_for)["NodeNames"] == ["n"]
+
+
+def test_kai_fair_share_blocks_when_another_queue_waits(client_for: Any) -> None:
+    """qb has a pending 4-GPU pod: requests qa 6, qb 4; deserved 4 + 4 = 8 leaves nothing over quota ->
+    fair shares 4/4. qa at 4 + 2 > 4 and no capacity is idle (8 - 4 allocated - qb's unmet 4 = 0):
+    resolvable (reclaim may help). The view shows the division."""
+    service = make_service([node_obj("n", gpus=8)], kai_pods(4), config=kai_config({"quota": 4}))
+    result = kai_filter(service, client_for)
+    assert result["NodeNames"] == []
+    assert "over its fair share of gpu" in result["FailedNodes"]["n"]
+    view = client_for(service).get("/debug/queues").json()["kai"]
+    assert view["totals"]["gpu"] == 8
+    assert view["queues"]["qa"]["resources"]["gpu"]["fairShare"] == 4
+    assert view["queues"]["qb"]["resources"]["gpu"]["pending"] == 4
+
+
+def test_kai_idle_capacity_may_be_used_above_fair_share(client_for: Any) -> None:
+    """qa has overQuotaWeight 0, so its fair share stays at deserved 4; nobody else wants the other 4
+    GPUs (qb requests nothing), so they are idle and qa may take 2 of them."""
+    config = kai_config({"quota": 4, "overQuotaWeight": 0})
+    service = make_service([node_obj("n", gpus=8)], kai_pods(0), config=config)
+    assert kai_filter(service, client_for)["NodeNames"] == ["n"]
+    # With qb waiting for 4, those GPUs are no longer idle.
+    service = make_service([node_obj("n", gpus=8)], kai_pods(4), config=config)
+    result = kai_filter(service, client_for)
+    assert result["NodeNames"] == [] and "over its fair share of gpu" in result["FailedNodes"]["n"]
+
+
+def test_kai_limit_is_unresolvable(client_for: Any) -> None:
+    service = make_service([node_obj("n", gpus=8)], kai_pods(0), config=kai_config({"quota": 4, "limit": 5}))
+    result = kai_filter(service, client_for)
+    assert result["FailedAndUnresolvableNodes"]["n"].startswith(
+        "OverLimit: KAI queue qa gpu allocated 4 + request 2 > limit 5"
+    )
+
+
+def test_kai_bind_then_watch_keeps_one_count(client_for: Any) -> None:
+    """A pending pod counts once as pending, then once as allocated after bind and after the watch."""
+    service = make_service([node_obj("n", gpus=8)], kai_pods(0), config=kai_config({"quota": 4}))
+    client = client_for(service)
+    pod = in_queue(pod_obj("a-new", gpus=2, uid="a-new"), "qa", KAI_QUEUE_LABEL)
+    service.cache.upsert_pod(pod_from_obj(pod))
+    kai = service.fairness.kai
+    assert (kai.allocated["qa"]["gpu"], kai.pending["qa"]["gpu"]) == (4, 2)
+    assert client.post("/bind", content=bind_body(pod, "n")).json()["Error"] == ""
+    assert (kai.allocated["qa"]["gpu"], kai.pending.get("qa", {})) == (6, {})
+    pod["spec"]["nodeName"] = "n"
+    service.cache.upsert_pod(pod_from_obj(pod))
+    assert (kai.allocated["qa"]["gpu"], kai.pending.get("qa", {})) == (6, {})
+
+
+# ---------------------------------------------------------------------------- /debug
+def test_debug_queues_lists_filter_decisions_with_reasons(client_for: Any) -> None:
+    running = [in_queue(pod_obj("b1", gpus=8, node="h100-1", namespace="team-b", uid="b1", phase="Running"), "lq-b")]
+    service = make_service(STORY1_NODES, running, config=story1())  # h100-1 has room: quota decides
+    client = client_for(service)
+    pod = in_queue(pod_obj("a1", gpus=4, namespace="team-a", uid="a1"), "training")
+    client.post("/filter", content=filter_body(pod, ["spot-1", "h100-1"]))
+    decisions = client.get("/debug/queues").json()["decisions"]
+    assert decisions[-1]["verb"] == "filter" and decisions[-1]["queue"] == "team-a"
+    assert decisions[-1]["rejected"] == 1 and decisions[-1]["of"] == 2
+    (reason,) = decisions[-1]["reasons"]
+    assert reason.startswith("insufficient quota for nvidia.com/gpu in flavor h100-reserved")
