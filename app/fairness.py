@@ -31,7 +31,6 @@ __all__ = ["FLAVOR_FAIRNESS", "Fairness", "FlavorFairness", "PreemptChoice", "Qu
 
 NodeLabels = Callable[[str], Mapping[str, str] | None]
 _PLACEMENTS = 1024  # placements of recently seen queued pods, for prioritize and preempt
-_NO_PLACEMENT = PodPlacement()
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,8 +114,9 @@ class Fairness:
     def has_placement(self, uid: str) -> bool:
         return uid in self._placements
 
-    def placement(self, uid: str) -> PodPlacement:
-        return self._placements.get(uid, _NO_PLACEMENT)
+    def placement(self, uid: str) -> PodPlacement | None:
+        """What filter read from the pod's spec; None when it was not seen (flavor rules are then skipped)."""
+        return self._placements.get(uid)
 
     def queued(self, pod: PodInfo) -> QueuedPod | None:
         """The pod's queue (Kueue label first, then KAI), or None: pods without one are not subject to quota."""
@@ -142,7 +142,7 @@ class Fairness:
 
     # ------------------------------------------------------------------ per node signature
     def _judge(
-        self, queued: QueuedPod, placement: PodPlacement, labels: Mapping[str, str], snap: TreeUsage
+        self, queued: QueuedPod, placement: PodPlacement | None, labels: Mapping[str, str], snap: TreeUsage
     ) -> NodeFairness:
         config = self.config
         spec = config.tree.cluster_queues[queued.queue]
@@ -155,7 +155,7 @@ class Fairness:
                 flavor = config.flavors.get(name)
                 if flavor is None or not node_matches_flavor(labels, flavor):
                     continue
-                why = flavor_fits_pod(flavor, placement) or ""
+                why = (flavor_fits_pod(flavor, placement) or "") if placement is not None else ""
                 if not why:
                     flavors[resource] = name
                     if position >= index:
@@ -214,6 +214,15 @@ class Fairness:
             if judged is not None and judged.verdict is not Verdict.FITS:
                 out[name] = (judged.verdict is Verdict.UNRESOLVABLE, judged.reason)
         return out
+
+    def admits(self, pod: PodInfo, node: str, node_labels: NodeLabels) -> str | None:
+        """Bind's re-check, atomic with the assumption: the quota may have been used up since filter
+        (kube-scheduler filters the next pod before the previous one's bind arrives)."""
+        queued = self.queued(pod)
+        if queued is None:
+            return None
+        rejection = self._rejections(pod, queued, [node], node_labels).get(node)
+        return None if rejection is None else rejection[1]
 
     # ------------------------------------------------------------------ prioritize
     def scores(self, pod: PodInfo, names: Sequence[str], node_labels: NodeLabels) -> list[int]:

@@ -375,6 +375,11 @@ class ExtenderService:
             return self._bind_failed(key, "bound-elsewhere", f"pod {key} is already bound to node {pod.node_name}")
         if args.node not in self.cache.nodes:
             return self._bind_failed(key, "unknown-node", f"node {args.node} is unknown to the extender")
+        refusal = self.fairness.admits(pod, args.node, self._node_labels) if self.fairness is not None else None
+        if refusal is not None:
+            return self._bind_failed(
+                key, "quota", f"the queue of pod {key} can no longer use node {args.node}: {refusal}"
+            )
         status = self.cache.assume(pod, args.node, check=lambda node: self.fit.filter(pod, node))
         if status is not None:
             return self._bind_failed(key, "no-fit", f"node {args.node} no longer fits pod {key}: {status.reason}")

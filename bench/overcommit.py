@@ -6,7 +6,8 @@ to any node (a stale decision the bind must re-check). Binds and claim writes yi
 cycles run between the assumption and the API write, and a churn task deletes bound pods (and their
 claims) meanwhile. At the end the audit recomputes, from the cache's pods and claims alone, what each
 node and each device holds: never more ``nvidia.com/gpu`` than allocatable, never one device in two
-claims, every allocated device on its pod's node.
+claims, every allocated device on its pod's node, and never more GPUs in the ClusterQueue ``team``
+(a third of the GPU pods carry its queue label) than its nominal quota.
 
     .venv/bin/python -m bench.overcommit [--calls 10000] [--seed 1] [--concurrency 64]
 
@@ -42,6 +43,28 @@ GPU = "nvidia.com/gpu"
 DRIVER = "gpu.example.com"
 GPU_NODES, GPUS_PER_NODE = 3, 8
 DRA_NODES, DEVICES_PER_NODE = 2, 4
+QUEUE_LABEL, QUEUE_GPUS = "kueue.x-k8s.io/queue-name", 6
+# One ClusterQueue without a cohort: its pods may hold at most QUEUE_GPUS GPUs in all.
+CONFIG: dict[str, Any] = {
+    "dra": {"enabled": True},
+    "queues": {
+        "resourceFlavors": [{"metadata": {"name": "default"}}],
+        "clusterQueues": [
+            {
+                "metadata": {"name": "team"},
+                "spec": {
+                    "resourceGroups": [
+                        {
+                            "coveredResources": [GPU],
+                            "flavors": [{"name": "default", "resources": [{"name": GPU, "nominalQuota": QUEUE_GPUS}]}],
+                        }
+                    ]
+                },
+            }
+        ],
+        "localQueues": [{"metadata": {"name": "lq", "namespace": "default"}, "spec": {"clusterQueue": "team"}}],
+    },
+}
 
 
 def cluster_objects() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -76,7 +99,7 @@ def _node(name: str, gpus: int | None) -> dict[str, Any]:
 
 def build_service(nodes: list[dict[str, Any]], dra: list[dict[str, Any]]) -> ExtenderService:
     """A snapshot-mode service with DRA on (what tests.conftest.make_service builds, without pytest)."""
-    config = parse_config({"dra": {"enabled": True}})
+    config = parse_config(CONFIG)
     cache = ClusterCache(assume_ttl=config.cache.assumeTTLSeconds)
     cache.replace_nodes(node_from_obj(n) for n in nodes)
     cache.dra.replace_classes(device_class_from_obj(o) for o in dra if o["kind"] == "DeviceClass")
@@ -109,6 +132,8 @@ class Outcome:
     results: Counter[str] = field(default_factory=Counter)
     deleted: int = 0
     seconds: float = 0.0
+    # Violations seen right after a bind (the end state alone can hide one that churn later removed).
+    violations: list[str] = field(default_factory=list)
 
 
 def _pod(rng: random.Random, index: int, claim: str | None) -> dict[str, Any]:
@@ -120,7 +145,9 @@ def _pod(rng: random.Random, index: int, claim: str | None) -> dict[str, Any]:
         spec["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim}]
         spec["containers"][0]["resources"]["claims"] = [{"name": "gpu"}]
     uid = str(uuid.UUID(int=rng.getrandbits(128)))
-    meta = {"name": f"p{index}", "namespace": "default", "uid": uid}
+    meta: dict[str, Any] = {"name": f"p{index}", "namespace": "default", "uid": uid}
+    if claim is None and rng.random() < 1 / 3:
+        meta["labels"] = {QUEUE_LABEL: "lq"}
     return {"kind": "Pod", "metadata": meta, "spec": spec, "status": {"phase": "Pending"}}
 
 
@@ -140,7 +167,9 @@ def _claim(name: str, rng: random.Random) -> ResourceClaim:
     )
 
 
-async def interleave(service: ExtenderService, calls: int, seed: int, concurrency: int = 64) -> Outcome:
+async def interleave(
+    service: ExtenderService, calls: int, seed: int, concurrency: int = 64, *, audit_every_bind: bool = False
+) -> Outcome:
     """Run filter+bind cycles until ``calls`` verb calls were made; bound pods are deleted at random."""
     rng = random.Random(seed)
     service.binder = _Yielding(service.binder, rng)  # type: ignore[assignment]
@@ -179,6 +208,8 @@ async def interleave(service: ExtenderService, calls: int, seed: int, concurrenc
         if not error:
             outcome.results["bound"] += 1
             bound.append((meta["uid"], f"default/{claim}" if claim else None))
+            if audit_every_bind:
+                outcome.violations.extend(audit(cache))
         else:
             outcome.results[_kind(error)] += 1
 
@@ -197,12 +228,17 @@ async def interleave(service: ExtenderService, calls: int, seed: int, concurrenc
     return outcome
 
 
-_REFUSALS = ("no longer fits", "cannot take the claims", "is unknown to the extender")
+_REFUSALS = {
+    "no longer fits": "no longer fits",
+    "cannot take the claims": "cannot take the claims",
+    "is unknown to the extender": "is unknown to the extender",
+    "can no longer use node": "queue quota used up",
+}
 
 
 def _kind(error: str) -> str:
     """An expected refusal by its reason, or the whole message (an unexpected one)."""
-    return next((f"bind refused: {r}" for r in _REFUSALS if r in error), error)
+    return next((f"bind refused: {label}" for needle, label in _REFUSALS.items() if needle in error), error)
 
 
 def audit(cache: ClusterCache) -> list[str]:
@@ -216,9 +252,14 @@ def audit(cache: ClusterCache) -> list[str]:
             counted[pod.uid] = pod
     for uid, assumption in cache.ledger.items():
         counted.setdefault(uid, assumption.pod)
+    queued = 0
     for uid, pod in counted.items():
         where[uid] = pod.node_name
         gpus[pod.node_name] += pod.resources.requests.get(GPU, 0)
+        if dict(pod.queue_labels).get(QUEUE_LABEL) == "lq":
+            queued += pod.resources.requests.get(GPU, 0)
+    if queued > QUEUE_GPUS:
+        problems.append(f"ClusterQueue team: {queued} {GPU} in use, nominal quota {QUEUE_GPUS}")
     for name, used in gpus.items():
         node = cache.nodes.get(name)
         allocatable = node.allocatable.get(GPU, 0) if node is not None else 0
@@ -253,11 +294,14 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=10_000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--audit-every-bind", action="store_true", help="also audit right after every bind (slower)")
     args = parser.parse_args()
     logging.getLogger("kube_gpu_extender").setLevel(logging.ERROR)  # refused binds are expected here
     service = build_service(*cluster_objects())
-    outcome = asyncio.run(interleave(service, args.calls, args.seed, args.concurrency))
-    problems = audit(service.cache)
+    outcome = asyncio.run(
+        interleave(service, args.calls, args.seed, args.concurrency, audit_every_bind=args.audit_every_bind)
+    )
+    problems = outcome.violations + audit(service.cache)
     service.cache.check_invariants()
     print(f"calls={outcome.calls} seconds={outcome.seconds:.2f} ({outcome.calls / outcome.seconds:.0f} calls/s)")
     print(f"deleted={outcome.deleted} still bound={len([p for p in service.cache.pods.values() if p.node_name])}")

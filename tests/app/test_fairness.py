@@ -395,3 +395,20 @@ def test_debug_queues_lists_filter_decisions_with_reasons(client_for: Any) -> No
     assert decisions[-1]["rejected"] == 1 and decisions[-1]["of"] == 2
     (reason,) = decisions[-1]["reasons"]
     assert reason.startswith("insufficient quota for nvidia.com/gpu in flavor h100-reserved")
+
+
+def test_bind_rechecks_the_quota_that_filter_saw(client_for: Any) -> None:
+    """kube-scheduler filters the next pod before the previous pod's bind arrives: two 5-GPU team-a pods
+    both pass filter on h100-1 (team-a may use its 4 + team-b's idle 4 = 8), but only the first bind
+    may take the quota; the second is refused with the reason, and usage stays at 5."""
+    service = make_service(STORY1_NODES, [], config=story1())
+    client = client_for(service)
+    first, second = (in_queue(pod_obj(n, gpus=5, namespace="team-a", uid=n), "training") for n in ("x", "y"))
+    for pod in (first, second):
+        assert client.post("/filter", content=filter_body(pod, ["h100-1"])).json()["NodeNames"] == ["h100-1"]
+    assert client.post("/bind", content=bind_body(first, "h100-1")).json()["Error"] == ""
+    error = client.post("/bind", content=bind_body(second, "h100-1")).json()["Error"]
+    assert "can no longer use node h100-1: insufficient quota for nvidia.com/gpu in flavor h100-reserved" in error
+    assert service.queue_usage is not None and service.queue_usage.usage["team-a"] == {("h100-reserved", GPU): 5.0}
+    # A retried bind of the first pod still succeeds (it is already bound there).
+    assert client.post("/bind", content=bind_body(first, "h100-1")).json()["Error"] == ""
