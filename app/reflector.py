@@ -53,6 +53,8 @@ class Resource:
     replace: Callable[[ClusterCache, list[dict[str, Any]]], None]
     upsert: Callable[[ClusterCache, dict[str, Any]], None]
     delete: Callable[[ClusterCache, dict[str, Any]], None]
+    # What a 404 on the collection means (an API group that is not served), for /readyz; "" keeps the bare error.
+    not_found: str = ""
 
 
 def _convert_all(items: list[dict[str, Any]], convert: Callable[[dict[str, Any]], Any], what: str) -> list[Any]:
@@ -187,7 +189,9 @@ class Reflector:
         if self.state.disconnected_since is None:
             self.state.disconnected_since = self.cache.clock()
         self.state.last_error = str(exc)
-        log.warning("%s: watch interrupted: %s", self.resource.name, exc)
+        if self.resource.not_found and isinstance(exc, ApiError) and exc.status == 404:
+            self.state.last_error = f"{self.resource.not_found} ({exc})"
+        log.warning("%s: watch interrupted: %s", self.resource.name, self.state.last_error)
 
     async def _list(self) -> None:
         items, resource_version = await self.client.list(

@@ -13,6 +13,7 @@ from app.cache import ClusterCache
 from app.config import ExtenderConfiguration
 from app.dynamicresources import ClaimWriter
 from app.kube import KubeClient
+from app.kueue_watch import KUEUE_SOURCES, KueueSource
 from app.metrics import Metrics
 from app.reflector import DRA_RESOURCES, Reflector, node_resource, pod_resource
 from app.server import ExtenderVerbs, create_app
@@ -46,6 +47,8 @@ class Runtime:
     metrics: Metrics
     reflectors: list[Reflector] = field(default_factory=list)
     client: KubeClient | None = None
+    # Kueue's own queue objects, when queues.watchKueue is on (cluster mode); its view() is for /debug/queues.
+    kueue_source: KueueSource | None = None
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     def app(self) -> ExtenderVerbs:
@@ -99,9 +102,16 @@ def _runtime(
     return Runtime(config, cache, service, metrics, reflectors or [], client)
 
 
+def _watch_kueue(config: ExtenderConfiguration) -> bool:
+    queue_config = config.queue_config()
+    return queue_config is not None and queue_config.watch_kueue
+
+
 def build_snapshot_runtime(config: ExtenderConfiguration, snapshot: str) -> Runtime:
     cache = ClusterCache(assume_ttl=config.cache.assumeTTLSeconds)
     load_snapshot(snapshot, cache)
+    if _watch_kueue(config):
+        log.warning("queues.watchKueue applies only in cluster mode; using the queues: lists of the config file")
     return _runtime(config, cache, SnapshotBinder(cache), SOURCES, SnapshotClaimWriter(cache.dra))
 
 
@@ -111,5 +121,12 @@ def build_cluster_runtime(config: ExtenderConfiguration, kubeconfig: str | None)
     client = KubeClient.from_kubeconfig(kubeconfig)
     resources = (node_resource, pod_resource, *(DRA_RESOURCES if config.dra.enabled else ()))
     reflectors = [Reflector(client, cache, resource, metrics) for resource in resources]
-    names = tuple(r.resource.name for r in reflectors)
-    return _runtime(config, cache, ApiBinder(client), names, ApiClaimWriter(client), reflectors, client, metrics)
+    watch_kueue = _watch_kueue(config)
+    # Kueue's sources count for /readyz: filter must not run on the file's tree before Kueue's was listed.
+    names = tuple(r.resource.name for r in reflectors) + (KUEUE_SOURCES if watch_kueue else ())
+    runtime = _runtime(config, cache, ApiBinder(client), names, ApiClaimWriter(client), reflectors, client, metrics)
+    usage = runtime.service.queue_usage
+    if watch_kueue and usage is not None and config.queues is not None:
+        runtime.kueue_source = KueueSource(config.queues, usage, clock=cache.clock)
+        runtime.reflectors += [Reflector(client, cache, r, metrics) for r in runtime.kueue_source.resources()]
+    return runtime

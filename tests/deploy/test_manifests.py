@@ -8,6 +8,7 @@ from typing import Any
 import yaml
 
 from app.config import parse_config
+from app.kueue_watch import KUEUE_KINDS
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 
@@ -43,19 +44,32 @@ def test_extender_config_parses_and_has_dra_on() -> None:
     assert config.dra.enabled
 
 
-def test_rbac_lets_the_extender_read_dra_objects_and_write_claims() -> None:
+def _granted() -> set[tuple[str, str, str]]:
+    """(apiGroup, resource, verb) triples of the extender's ClusterRole(s)."""
     rules = []
     for doc in yaml.safe_load_all((DEPLOY / "rbac.yaml").read_text()):
         if doc and doc.get("kind") == "ClusterRole" and "extender" in doc["metadata"]["name"]:
             rules += doc["rules"]
-    granted = {
+    return {
         (group, resource, verb)
         for rule in rules
         for group in rule.get("apiGroups", [])
         for resource in rule.get("resources", [])
         for verb in rule.get("verbs", [])
     }
+
+
+def test_rbac_lets_the_extender_read_dra_objects_and_write_claims() -> None:
+    granted = _granted()
     for resource in ("deviceclasses", "resourceslices", "resourceclaims"):
         assert {("resource.k8s.io", resource, v) for v in ("list", "watch")} <= granted
     assert ("resource.k8s.io", "resourceclaims", "update") in granted
     assert ("resource.k8s.io", "resourceclaims/status", "update") in granted
+
+
+def test_rbac_lets_the_extender_read_but_never_write_kueue_objects() -> None:
+    granted = _granted()
+    for kind in KUEUE_KINDS:  # every kind queues.watchKueue lists and watches
+        assert {("kueue.x-k8s.io", kind.resource, v) for v in ("get", "list", "watch")} <= granted
+    kueue_verbs = {verb for group, _, verb in granted if group == "kueue.x-k8s.io"}
+    assert kueue_verbs == {"get", "list", "watch"}  # read-only: Kueue's controller owns these objects

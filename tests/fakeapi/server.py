@@ -2,7 +2,9 @@
 
 The server runs uvicorn in a background thread on 127.0.0.1 and serves the
 core/v1 subset the extender uses: list, watch and get for Nodes and Pods, and
-the ``pods/binding`` subresource. Tests drive the cluster state from their own
+the ``pods/binding`` subresource; the resource.k8s.io/v1 DRA kinds; list and
+watch of Kueue's ResourceFlavors, Cohorts, ClusterQueues and LocalQueues
+(kueue.x-k8s.io/v1beta2, absent with ``kueue=False``). Tests drive the cluster state from their own
 thread (``add``/``update``/``delete``) and inject faults (``compact``,
 ``drop_watches``, ``fail_next``, ``set_latency``).
 
@@ -58,17 +60,40 @@ LIST_KINDS = {
     "DeviceClass": "DeviceClassList",
     "ResourceClaim": "ResourceClaimList",
     "ResourceSlice": "ResourceSliceList",
+    "ResourceFlavor": "ResourceFlavorList",
+    "Cohort": "CohortList",
+    "ClusterQueue": "ClusterQueueList",
+    "LocalQueue": "LocalQueueList",
 }
-NAMESPACED = {"Node": False, "Pod": True, "DeviceClass": False, "ResourceClaim": True, "ResourceSlice": False}
+NAMESPACED = {
+    "Node": False,
+    "Pod": True,
+    "DeviceClass": False,
+    "ResourceClaim": True,
+    "ResourceSlice": False,
+    "ResourceFlavor": False,
+    "Cohort": False,
+    "ClusterQueue": False,
+    "LocalQueue": True,
+}
 RESOURCES = {
     "Node": "nodes",
     "Pod": "pods",
     "DeviceClass": "deviceclasses",
     "ResourceClaim": "resourceclaims",
     "ResourceSlice": "resourceslices",
+    "ResourceFlavor": "resourceflavors",
+    "Cohort": "cohorts",
+    "ClusterQueue": "clusterqueues",
+    "LocalQueue": "localqueues",
 }
-API_VERSIONS = {kind: "v1" if kind in ("Node", "Pod") else "resource.k8s.io/v1" for kind in LIST_KINDS}
 DRA = "/apis/resource.k8s.io/v1"
+KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
+KUEUE_KINDS = ("ResourceFlavor", "Cohort", "ClusterQueue", "LocalQueue")
+API_VERSIONS = {
+    kind: "v1" if kind in ("Node", "Pod") else "kueue.x-k8s.io/v1beta2" if kind in KUEUE_KINDS else "resource.k8s.io/v1"
+    for kind in LIST_KINDS
+}
 # Field labels the real server accepts for these kinds (others answer 400).
 FIELD_LABELS = {
     "Node": {"metadata.name", "spec.unschedulable"},
@@ -87,6 +112,11 @@ FIELD_LABELS = {
     "DeviceClass": {"metadata.name"},
     "ResourceClaim": {"metadata.name", "metadata.namespace"},
     "ResourceSlice": {"metadata.name", "spec.nodeName", "spec.driver"},
+    # Custom resources: only the metadata fields.
+    "ResourceFlavor": {"metadata.name"},
+    "Cohort": {"metadata.name"},
+    "ClusterQueue": {"metadata.name"},
+    "LocalQueue": {"metadata.name", "metadata.namespace"},
 }
 BOOL_FIELDS = {"spec.unschedulable", "spec.hostNetwork"}
 REASONS = {
@@ -338,8 +368,10 @@ class UvicornServer(uvicorn.Server):
 class FakeAPIServer:
     """In-process fake kube-apiserver; see the module docstring for semantics."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, kueue: bool = True) -> None:
+        """``kueue=False``: the kueue.x-k8s.io group is not served (CRDs not installed), its paths are 404."""
         self.url = ""
+        self.kueue = kueue
         self.requests: list[tuple[str, str]] = []
         self.request_log: list[tuple[float, str, str]] = []  # (time.monotonic() on arrival, method, target)
         self.bindings: list[Obj] = []
@@ -677,6 +709,9 @@ class FakeAPIServer:
             Route("/api/v1/namespaces/{namespace}/pods/{name}", pod),
             Route("/api/v1/namespaces/{namespace}/pods/{name}/binding", self._bind, methods=["POST"]),
         ]
+        if self.kueue:  # read-only: list and watch, cluster-wide and (LocalQueues) per namespace
+            routes += [Route(f"{KUEUE}/{RESOURCES[kind]}", collection(kind)) for kind in KUEUE_KINDS]
+            routes.append(Route(f"{KUEUE}/namespaces/{{namespace}}/localqueues", collection("LocalQueue")))
         handlers = {APIError: api_error, HTTPException: http_error, Exception: server_error}
         return Starlette(routes=routes, exception_handlers=handlers)
 

@@ -257,6 +257,21 @@ def test_unknown_path_is_status_404(api: FakeAPIServer, http: httpx.Client) -> N
     assert response.json()["kind"] == "Status" and response.json()["code"] == 404
 
 
+def test_kueue_group_served_or_not() -> None:
+    queue = {"kind": "LocalQueue", "metadata": {"name": "q", "namespace": "team-a"}, "spec": {"clusterQueue": "cq"}}
+    with FakeAPIServer() as api, httpx.Client(base_url=api.url, timeout=TIMEOUT) as http:
+        api.add(queue)
+        api.add({"kind": "ClusterQueue", "metadata": {"name": "cq"}, "spec": {}})
+        body = http.get("/apis/kueue.x-k8s.io/v1beta2/localqueues").json()
+        assert body["kind"] == "LocalQueueList" and body["apiVersion"] == "kueue.x-k8s.io/v1beta2"
+        assert [(i["metadata"]["namespace"], i["metadata"]["name"]) for i in body["items"]] == [("team-a", "q")]
+        assert http.get("/apis/kueue.x-k8s.io/v1beta2/namespaces/other/localqueues").json()["items"] == []
+        assert names(http.get("/apis/kueue.x-k8s.io/v1beta2/clusterqueues").json()["items"]) == ["cq"]
+    with FakeAPIServer(kueue=False) as api, httpx.Client(base_url=api.url, timeout=TIMEOUT) as http:
+        response = http.get("/apis/kueue.x-k8s.io/v1beta2/clusterqueues")
+        assert response.status_code == 404 and response.json()["reason"] == "NotFound"
+
+
 def test_timeout_and_latency(api: FakeAPIServer, http: httpx.Client) -> None:
     with watch(http, "/api/v1/nodes", resourceVersion=api.current_rv(), timeoutSeconds=0.2) as events:
         assert list(events) == []  # server closes the stream when timeoutSeconds elapses
