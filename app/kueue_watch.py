@@ -4,7 +4,7 @@ Kueue's ResourceFlavors, Cohorts, ClusterQueues and LocalQueues (kueue.x-k8s.io/
 and watched by the ordinary reflectors; this module keeps them by kind and key and, after every
 change, rebuilds the ``queues:`` section: the config file's section with those four lists replaced
 by the watched objects (its kaiQueues and fairSharing stay). The result goes through the same
-validation as the file and into ``QueueUsage.reconfigure``.
+validation as the file and into ``Fairness.reconfigure`` (usage recounted).
 
 A section that does not validate is never applied: the last good configuration stays in force and
 the error, naming the object and field, is kept for /debug/queues (``KueueSource.view``). Only each
@@ -20,10 +20,10 @@ import logging
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from app.cache import ClusterCache
-from app.queues import QueueUsage, parse_queue_config
+from app.queues import QueueConfig, parse_queue_config
 from app.reflector import Resource
 from fairshare.flavor import ConfigError
 
@@ -81,11 +81,18 @@ def _strip(obj: Mapping[str, Any], namespaced: bool) -> Obj:
     return {"metadata": identity, "spec": {} if spec is None else spec}
 
 
+class Reconfigurable(Protocol):
+    """What takes a rebuilt configuration: ``app.fairness.Fairness`` in the service (Kueue and KAI
+    usage), or a bare ``QueueUsage``."""
+
+    def reconfigure(self, config: QueueConfig) -> None: ...
+
+
 class KueueSource:
     """The watched Kueue objects and the queue configuration rebuilt from them."""
 
     def __init__(
-        self, file_section: Mapping[str, Any], usage: QueueUsage, clock: Callable[[], float] | None = None
+        self, file_section: Mapping[str, Any], usage: Reconfigurable, clock: Callable[[], float] | None = None
     ) -> None:
         # The file's queues: section without the lists the watch owns (kaiQueues, fairSharing, watchKueue stay).
         self._base = {k: v for k, v in file_section.items() if k not in _BY_SECTION}

@@ -125,8 +125,8 @@ def build_cluster_runtime(config: ExtenderConfiguration, kubeconfig: str | None)
     # Kueue's sources count for /readyz: filter must not run on the file's tree before Kueue's was listed.
     names = tuple(r.resource.name for r in reflectors) + (KUEUE_SOURCES if watch_kueue else ())
     runtime = _runtime(config, cache, ApiBinder(client), names, ApiClaimWriter(client), reflectors, client, metrics)
-    usage = runtime.service.queue_usage
-    if watch_kueue and usage is not None and config.queues is not None:
-        runtime.kueue_source = KueueSource(config.queues, usage, clock=cache.clock)
+    fairness = runtime.service.fairness
+    if watch_kueue and fairness is not None and config.queues is not None:
+        runtime.kueue_source = runtime.service.kueue_source = KueueSource(config.queues, fairness, clock=cache.clock)
         runtime.reflectors += [Reflector(client, cache, r, metrics) for r in runtime.kueue_source.resources()]
     return runtime

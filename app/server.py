@@ -86,10 +86,10 @@ def create_app(
         "and the last queue decisions with reasons",
     )
     async def debug_queues() -> Response:
-        return Response(
-            wire.encode(service.fairness.view() if service.fairness is not None else queues_view(None)),
-            media_type=JSON,
-        )
+        view = service.fairness.view() if service.fairness is not None else queues_view(None)
+        if service.kueue_source is not None:
+            view["source"] = service.kueue_source.view()
+        return Response(wire.encode(view), media_type=JSON)
 
     @app.post("/debug/explain", summary="Per node: filter verdict, raw plugin scores and the final score")
     async def explain(request: Request) -> Response:

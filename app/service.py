@@ -94,6 +94,7 @@ class ExtenderService:
         cache.dra.proposal_ttl = config.dra.proposalTTLSeconds
         self.metrics = metrics or Metrics()
         self.fairness = Fairness.attach(cache, config.queue_config(), wall_clock)
+        self.kueue_source: Any = None  # app.kueue_watch.KueueSource when Kueue's objects are watched
         self.profile = config.build_profile(FlavorFairness(self.fairness, self._node_labels))
         self.fit = ManagedResourcesFit(config.managed_resource_names)
         self.readiness = readiness or (lambda: (True, ""))

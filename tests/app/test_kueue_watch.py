@@ -392,6 +392,9 @@ def test_watch_lists_modifies_rejects_and_deletes(fake: FakeAPIServer, tmp_path:
         fake.delete("Cohort", "gpus")  # still there implicitly, with default weight: both ClusterQueues name it
         await eventually(lambda: usage().config.tree.cohorts["gpus"].weight == 1.0, "Cohort object removed")
         assert src.view()["objects"]["Cohort"] == 0 and src.last_error == ""
+        shown = (await http.get("/debug/queues")).json()
+        assert shown["source"]["inForce"] == "kueue" and shown["source"]["objects"]["LocalQueue"] == 0
+        assert "cq/team-a" in shown["nodes"]
 
     run(runtime, body)
 
