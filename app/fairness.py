@@ -126,7 +126,7 @@ class Fairness:
             name = labels[KUEUE_QUEUE_LABEL]
             cq = config.cluster_queue_for(pod.namespace, labels)
             if cq is None:
-                return QueuedPod("kueue", name, {}, missing=f"LocalQueue {pod.namespace}/{name} does not exist")
+                return QueuedPod("kueue", name, {}, missing=config.why_not_admitting(pod.namespace, labels))
             requests = {r: (a / 1000.0 if r == "cpu" else float(a)) for r, a in pod.resources.requests.items() if a}
             covered = tuple(r for r in requests if config.tree.cluster_queues[cq].flavors_for(r))
             return QueuedPod("kueue", cq, requests, covered)

@@ -178,7 +178,7 @@ class KueueSource:
         """Validate the rebuilt section and apply it; on error keep the configuration in force. True if applied."""
         raw, order = self.section()
         try:
-            config = parse_queue_config(raw)
+            config = parse_queue_config(raw, strict=False)
         except ConfigError as exc:
             return self._failed(_name_objects(str(exc), order))
         except Exception as exc:  # a parser bug on an odd object must not stop the watch loop

@@ -54,6 +54,8 @@ class QueueConfig:
     priority_based_fair_share: bool = False
     k_value: float = 1.0
     watch_kueue: bool = False  # read Kueue's own objects from the API server (app/kueue_watch.py)
+    # ClusterQueues that cannot admit (missing flavor, or missing altogether): name -> reason.
+    inactive: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def flavor_label_keys(self) -> tuple[str, ...]:
@@ -64,9 +66,19 @@ class QueueConfig:
         return f.weight(resource) if f is not None else 1.0
 
     def cluster_queue_for(self, namespace: str, labels: Mapping[str, str]) -> str | None:
-        """The pod's ClusterQueue (Kueue label) or None: pods without a queue are not subject to quota."""
+        """The pod's active ClusterQueue (Kueue label), or None: no LocalQueue, or an inactive queue."""
         lq = self.local_queues.get((namespace, labels.get(KUEUE_QUEUE_LABEL, "")))
-        return lq.cluster_queue if lq is not None else None
+        return lq.cluster_queue if lq is not None and lq.cluster_queue in self.tree.cluster_queues else None
+
+    def why_not_admitting(self, namespace: str, labels: Mapping[str, str]) -> str:
+        """Why a pod labelled for a queue has no active ClusterQueue ("" when it has one)."""
+        name = labels.get(KUEUE_QUEUE_LABEL, "")
+        lq = self.local_queues.get((namespace, name))
+        if lq is None:
+            return f"LocalQueue {namespace}/{name} does not exist"
+        if lq.cluster_queue in self.tree.cluster_queues:
+            return ""
+        return self.inactive.get(lq.cluster_queue, f"ClusterQueue {lq.cluster_queue} does not exist")
 
     def flavor_for(self, cluster_queue: str, resource: str, node_labels: Mapping[str, str]) -> str | None:
         """First flavor of the queue's group for ``resource`` whose nodeLabels the node carries."""
@@ -87,8 +99,14 @@ def _items(raw: Mapping[str, Any], key: str) -> list[Any]:
     return value
 
 
-def parse_queue_config(raw: Any) -> QueueConfig:
-    """Parse and validate the ``queues:`` section; every error names its field path."""
+def parse_queue_config(raw: Any, *, strict: bool = True) -> QueueConfig:
+    """Parse and validate the ``queues:`` section; every error names its field path.
+
+    ``strict=False`` is Kueue's own behaviour for objects read from the API server: a ClusterQueue
+    naming a missing ResourceFlavor, or a LocalQueue naming a missing ClusterQueue, is *inactive*
+    (its pods are rejected with the reason) instead of making the whole section invalid, so one
+    dangling object cannot freeze every queue. A file is checked strictly: a typo there is an error.
+    """
     if not isinstance(raw, Mapping):
         raise ConfigError("queues: must be an object")
     unknown = sorted(set(raw) - _SECTION_KEYS)
@@ -105,23 +123,30 @@ def parse_queue_config(raw: Any) -> QueueConfig:
         flavors[f.name] = f
     cqs = [parse_cluster_queue(r, f"queues.clusterQueues[{i}]") for i, r in enumerate(_items(raw, "clusterQueues"))]
     seen: set[str] = set()
+    inactive: dict[str, str] = {}
     for i, cq in enumerate(cqs):
         if cq.name in seen:
             raise ConfigError(f"queues.clusterQueues[{i}].metadata.name: duplicate {cq.name}")
         seen.add(cq.name)
         for gi, group in enumerate(cq.resource_groups):
             for fi, fq in enumerate(group.flavors):
-                if fq.name not in flavors:
+                if fq.name in flavors or cq.name in inactive:
+                    continue
+                if strict:
                     raise ConfigError(
                         f"queues.clusterQueues[{i}].spec.resourceGroups[{gi}].flavors[{fi}].name: "
                         f"unknown ResourceFlavor {fq.name}"
                     )
+                inactive[cq.name] = f"ClusterQueue {cq.name} is inactive: ResourceFlavor {fq.name} does not exist"
+    cqs = [cq for cq in cqs if cq.name not in inactive]
     cohorts = [parse_cohort(r, f"queues.cohorts[{i}]") for i, r in enumerate(_items(raw, "cohorts"))]
     local: dict[tuple[str, str], LocalQueue] = {}
     for i, r in enumerate(_items(raw, "localQueues")):
         lq = parse_local_queue(r, f"queues.localQueues[{i}]")
         if lq.cluster_queue not in seen:
-            raise ConfigError(f"queues.localQueues[{i}].spec.clusterQueue: unknown ClusterQueue {lq.cluster_queue}")
+            if strict:
+                raise ConfigError(f"queues.localQueues[{i}].spec.clusterQueue: unknown ClusterQueue {lq.cluster_queue}")
+            inactive.setdefault(lq.cluster_queue, f"ClusterQueue {lq.cluster_queue} does not exist")
         local[(lq.namespace, lq.name)] = lq
     kai = tuple(
         parse_kai_queue(r, f"queues.kaiQueues[{i}]", creation=float(i)) for i, r in enumerate(_items(raw, "kaiQueues"))
@@ -141,7 +166,9 @@ def parse_queue_config(raw: Any) -> QueueConfig:
     k_value = fs.get("kValue", 1.0)
     if isinstance(k_value, bool) or not isinstance(k_value, int | float):
         raise ConfigError("queues.fairSharing.kValue: must be a number")
-    return QueueConfig(flavors, build_tree(cqs, cohorts), local, kai, strategies, pbfs, float(k_value), watch_kueue)
+    return QueueConfig(
+        flavors, build_tree(cqs, cohorts), local, kai, strategies, pbfs, float(k_value), watch_kueue, inactive
+    )
 
 
 @dataclass(slots=True)
@@ -269,5 +296,6 @@ def queues_view(config: QueueConfig | None, usage: QueueUsage | None = None) -> 
         "enabled": True,
         "preemptionStrategies": list(config.preemption_strategies),
         "priorityBasedFairShare": config.priority_based_fair_share,
+        "inactive": dict(config.inactive),
         "nodes": nodes,
     }

@@ -255,14 +255,26 @@ def test_errors_name_the_object_and_keep_the_last_good_config() -> None:
     assert src.last_error == (
         "ClusterQueue team-b: spec.resourceGroups[0].flavors[0].resources[2].nominalQuota: must be >= 0"
     )
-    src.upsert("localQueues", local_queue_obj("ml", "adhoc", "ghost"))
-    assert src.last_error.startswith("ClusterQueue team-b")  # still the first error in parse order
     src.upsert("clusterQueues", cluster_queue_obj("team-b", "2"))
-    assert src.last_error == "LocalQueue ml/adhoc: spec.clusterQueue: unknown ClusterQueue ghost"
-    assert src.usage.config is good and src.view()["failures"] == 3
-    src.delete("localQueues", local_queue_obj("ml", "adhoc", "ghost"))
-    assert src.last_error == "" and src.usage.config is not good
+    assert src.last_error == "" and src.usage.config is not good and src.view()["failures"] == 1
     assert src.applied_generation == src.generation
+
+
+def test_dangling_references_make_queues_inactive_not_the_section_invalid() -> None:
+    """As Kueue does: a LocalQueue naming a missing ClusterQueue, or a ClusterQueue naming a missing
+    ResourceFlavor, is inactive (its pods are rejected with the reason); every other queue keeps working."""
+    src = source(all_lists())
+    src.upsert("localQueues", local_queue_obj("ml", "adhoc", "ghost"))
+    src.upsert("clusterQueues", cluster_queue_obj("team-c", "2", flavor="h100"))
+    assert src.last_error == "" and src.applied_generation == src.generation
+    config = src.usage.config
+    assert set(config.tree.cluster_queues) == {"team-a", "team-b"}
+    assert dict(config.inactive) == {
+        "ghost": "ClusterQueue ghost does not exist",
+        "team-c": "ClusterQueue team-c is inactive: ResourceFlavor h100 does not exist",
+    }
+    assert config.cluster_queue_for("ml", {KUEUE_QUEUE_LABEL: "adhoc"}) is None
+    assert config.why_not_admitting("ml", {KUEUE_QUEUE_LABEL: "adhoc"}) == "ClusterQueue ghost does not exist"
 
 
 def test_malformed_spec_is_named() -> None:
@@ -278,7 +290,7 @@ def test_a_parser_bug_is_an_error_not_a_crash(monkeypatch: pytest.MonkeyPatch) -
     src = source(all_lists())
     good = src.usage.config
 
-    def broken(raw: Any) -> Any:
+    def broken(raw: Any, strict: bool = True) -> Any:
         raise TypeError("unhashable type: 'list'")
 
     monkeypatch.setattr("app.kueue_watch.parse_queue_config", broken)
