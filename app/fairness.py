@@ -222,13 +222,29 @@ class Fairness:
         if queued is None:
             return None
         rejection = self._rejections(pod, queued, [node], node_labels).get(node)
-        return None if rejection is None else rejection[1]
+        if rejection is None:
+            return None
+        self._record("bind", pod, queued, node=node, action="refused", reason=rejection[1])
+        return rejection[1]
+
+    def record_bind(self, pod: PodInfo, node: str, node_labels: NodeLabels) -> None:
+        """An admission: the flavors the pod took, whether it borrows, and its queue's share now."""
+        queued = self.queued(pod)
+        if queued is None or queued.missing:
+            return
+        detail: dict[str, Any] = {"node": node, "action": "admitted"}
+        labels = node_labels(node)
+        if queued.kind == "kueue" and labels is not None:
+            judged = self._judge(queued, self.placement(pod.uid), labels, self._snapshot_without(pod))
+            share = self.usage.share_of(queued.queue)
+            detail.update(flavors=dict(judged.flavors), borrowing=judged.borrowing, weightedShare=share.share)
+        self._record("bind", pod, queued, **detail)
 
     # ------------------------------------------------------------------ prioritize
     def scores(self, pod: PodInfo, names: Sequence[str], node_labels: NodeLabels) -> list[int]:
         """FlavorFairness 0..100 per node (0 where the node's flavor is not allowed)."""
         queued = self.queued(pod)
-        if queued is None or queued.kind != "kueue" or queued.missing:
+        if queued is None or queued.kind != "kueue" or queued.missing or not queued.covered:
             return [0] * len(names)
         snap = self._snapshot_without(pod)
         weights = self.config.weight
@@ -418,7 +434,8 @@ class FlavorFairness:
         if self.fairness is None:
             return False
         queued = self.fairness.queued(pod)
-        return queued is not None and queued.kind == "kueue" and not queued.missing
+        # Pods of no ClusterQueue, or requesting nothing it covers, have no flavor to prefer.
+        return queued is not None and queued.kind == "kueue" and not queued.missing and bool(queued.covered)
 
     def score(self, pod: PodInfo, node: NodeInfo) -> int:
         return self.fairness.scores(pod, [node.name], self.node_labels)[0] if self.fairness is not None else 0

@@ -417,6 +417,8 @@ class ExtenderService:
                     await self.dra.unreserve(pod, self.dra.written(reservation), self.claim_writer)
             return self._bind_failed(key, exc.kind, f"binding pod {key} to node {args.node} failed: {exc}")
         self._record("bind", key, "bound", node=args.node)
+        if self.fairness is not None and pod.queue_labels:
+            self.fairness.record_bind(pod, args.node, self._node_labels)
         return {"Error": ""}
 
     def _bind_failed(self, key: str, kind: str, message: str) -> dict[str, Any]:

@@ -410,5 +410,90 @@ def test_bind_rechecks_the_quota_that_filter_saw(client_for: Any) -> None:
     error = client.post("/bind", content=bind_body(second, "h100-1")).json()["Error"]
     assert "can no longer use node h100-1: insufficient quota for nvidia.com/gpu in flavor h100-reserved" in error
     assert service.queue_usage is not None and service.queue_usage.usage["team-a"] == {("h100-reserved", GPU): 5.0}
+    admitted, refused = list(service.fairness.decisions)[-2:]
+    assert (admitted["action"], admitted["pod"], admitted["flavors"], admitted["borrowing"]) == (
+        "admitted",
+        "team-a/x",
+        {GPU: "h100-reserved"},
+        True,  # 5 > team-a's nominal 4: one h100 borrowed from team-b
+    )
+    assert (refused["action"], refused["pod"]) == ("refused", "team-a/y")
     # A retried bind of the first pod still succeeds (it is already bound there).
     assert client.post("/bind", content=bind_body(first, "h100-1")).json()["Error"] == ""
+
+
+def test_story1_team_a_reclaims_its_h100s_from_borrowing_team_b() -> None:
+    """Story 1 through preempt. team-b runs 8 one-GPU pods (priorities 0..7) on an 8-GPU h100 node: 4 of
+    its own quota plus team-a's 4, borrowed. team-a asks for 4: within its nominal 4, so Kueue's
+    within-nominal reclamation takes team-b's candidates in order (lower priority first) without the
+    share rules until the 4 fit: b0..b3, reason InCohortReclamation, sent highest priority first."""
+    running = [
+        in_queue(
+            pod_obj(
+                f"b{i}",
+                gpus=1,
+                cpu=None,
+                memory=None,
+                node="h100-8",
+                namespace="team-b",
+                uid=f"b{i}",
+                phase="Running",
+                priority=i,
+            ),
+            "lq-b",
+        )
+        for i in range(8)
+    ]
+    service = make_service([labelled("h100-8", {"gpu-type": "h100"}, gpus=8)], running, config=story1())
+    pod = in_queue(pod_obj("a", gpus=4, cpu=None, memory=None, namespace="team-a", priority=100), "training")
+    body = {
+        "Pod": pod,
+        "NodeNameToMetaVictims": {"h100-8": {"Pods": [{"UID": f"b{i}"} for i in range(8)], "NumPDBViolations": 0}},
+    }
+    answer = service.preempt(json.dumps(body).encode())["NodeNameToMetaVictims"]
+    assert answer == {"h100-8": {"Pods": [{"UID": f"b{i}"} for i in (3, 2, 1, 0)], "NumPDBViolations": 0}}
+    reasons = {v["reason"] for v in service.fairness.decisions[-1]["victims"]}
+    assert reasons == {"InCohortReclamation"}
+
+
+def test_flavor_fairness_sits_out_for_a_queued_pod_requesting_nothing_covered(client_for: Any) -> None:
+    """team-a covers only GPUs: a CPU-only pod of team-a has no flavor to prefer, so the profile scores
+    it exactly as without FlavorFairness."""
+    plugins = [fit_plus(), {"name": "FlavorFairness", "weight": 5}]
+    with_plugin = make_service(STORY1_NODES, [], config=story1(plugins=plugins))
+    without = make_service(STORY1_NODES, [], config=story1(plugins=[fit_plus()]))
+    pod = in_queue(pod_obj("cpu-only", cpu="4", namespace="team-a", uid="cpu-only"), "training")
+    body = filter_body(pod, ["spot-1", "h100-1"])
+    assert client_for(with_plugin).post("/prioritize", content=body).json() == (
+        client_for(without).post("/prioritize", content=body).json()
+    )
+
+
+def test_bundled_queue_example_answers_as_the_readme_says(client_for: Any) -> None:
+    """examples/config-queues.yaml on examples/cluster.yaml, the README's queue walk-through. research
+    has 4 reserved A100s (first flavor, no borrowing: 100 -> 10) and borrows L4s: 2 * 1 / (16 A100 * 8
+    + 12 L4 * 1) * 1000 = 14.3 per-mille -> 49 - floor(14.3 * 49 / 1000) = 49 -> 5. CPU and DRA nodes
+    have no flavor of research -> 0 (they fail the GPU check anyway)."""
+    from app.config import load_config
+    from app.runtime import build_snapshot_runtime
+
+    root = EXAMPLE.parent
+    runtime = build_snapshot_runtime(load_config(root / "config-queues.yaml"), str(root / "cluster.yaml"))
+    client = client_for(runtime.service)
+    request = (root / "requests" / "queued-pod.json").read_bytes()
+    assert client.post("/filter", content=request).json()["NodeNames"] == [
+        "dgx-a100-1",
+        "dgx-a100-2",
+        "l4-1",
+        "l4-2",
+        "l4-3",
+    ]
+    scores = {e["Host"]: e["Score"] for e in client.post("/prioritize/FlavorFairness", content=request).json()}
+    assert scores == {"dgx-a100-1": 10, "dgx-a100-2": 10, "l4-1": 5, "l4-2": 5, "l4-3": 5} | dict.fromkeys(
+        ["cpu-1", "cpu-2", "cpu-3", "dra-1", "dra-2"], 0
+    )
+    bind = (root / "requests" / "bind-queued-pod.json").read_bytes()
+    assert client.post("/bind", content=bind).json()["Error"] == ""
+    research = client.get("/debug/queues").json()["nodes"]["cq/research"]
+    a100 = next(r for r in research["resources"] if r["flavor"] == "a100-reserved")
+    assert (a100["usage"], a100["available"], research["borrowing"]) == (2.0, 14.0, False)
