@@ -151,6 +151,7 @@ def parse_queue_config(raw: Any, *, strict: bool = True) -> QueueConfig:
     kai = tuple(
         parse_kai_queue(r, f"queues.kaiQueues[{i}]", creation=float(i)) for i, r in enumerate(_items(raw, "kaiQueues"))
     )
+    _check_kai_tree(kai)
     fs = raw.get("fairSharing") or {}
     if not isinstance(fs, Mapping):
         raise ConfigError("queues.fairSharing: must be an object")
@@ -169,6 +170,25 @@ def parse_queue_config(raw: Any, *, strict: bool = True) -> QueueConfig:
     return QueueConfig(
         flavors, build_tree(cqs, cohorts), local, kai, strategies, pbfs, float(k_value), watch_kueue, inactive
     )
+
+
+def _check_kai_tree(queues: tuple[KaiQueue, ...]) -> None:
+    """Unique names, parents that exist, no cycles: KAI divides top-down along this tree."""
+    index = {}
+    for i, q in enumerate(queues):
+        if q.name in index:
+            raise ConfigError(f"queues.kaiQueues[{i}].metadata.name: duplicate {q.name}")
+        index[q.name] = i
+    parents = {q.name: q.parent for q in queues}
+    for i, q in enumerate(queues):
+        if q.parent is not None and q.parent not in parents:
+            raise ConfigError(f"queues.kaiQueues[{i}].spec.parentQueue: unknown queue {q.parent}")
+        seen, node = {q.name}, q.parent
+        while node is not None:
+            if node in seen:
+                raise ConfigError(f"queues.kaiQueues[{i}].spec.parentQueue: cycle through {node}")
+            seen.add(node)
+            node = parents[node]
 
 
 @dataclass(slots=True)

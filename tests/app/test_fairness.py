@@ -497,3 +497,46 @@ def test_bundled_queue_example_answers_as_the_readme_says(client_for: Any) -> No
     research = client.get("/debug/queues").json()["nodes"]["cq/research"]
     a100 = next(r for r in research["resources"] if r["flavor"] == "a100-reserved")
     assert (a100["usage"], a100["available"], research["borrowing"]) == (2.0, 14.0, False)
+
+
+@pytest.mark.parametrize(
+    ("queues", "message"),
+    [
+        ([{"metadata": {"name": "a"}}, {"metadata": {"name": "a"}}], r"kaiQueues\[1\].metadata.name: duplicate a"),
+        ([{"metadata": {"name": "a"}, "spec": {"parentQueue": "x"}}], r"kaiQueues\[0\].spec.parentQueue: unknown"),
+        (
+            [
+                {"metadata": {"name": "a"}, "spec": {"parentQueue": "b"}},
+                {"metadata": {"name": "b"}, "spec": {"parentQueue": "a"}},
+            ],
+            r"kaiQueues\[0\].spec.parentQueue: cycle through a",
+        ),
+    ],
+)
+def test_kai_queue_tree_is_validated(queues: list[dict[str, Any]], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_config({"queues": {"kaiQueues": queues}})
+
+
+def test_kai_parent_limit_applies_to_its_children(client_for: Any) -> None:
+    """org (limit 6) over qa and qb: qa runs 4, so a 2-GPU qb pod fits (6) but a 3-GPU one is over
+    org's limit (4 + 3 > 6) though qb itself is unlimited."""
+    config = {
+        "queues": {
+            "kaiQueues": [
+                {"metadata": {"name": "org"}, "spec": {"resources": {"gpu": {"quota": 8, "limit": 6}}}},
+                {"metadata": {"name": "qa"}, "spec": {"parentQueue": "org", "resources": {"gpu": {"quota": 4}}}},
+                {"metadata": {"name": "qb"}, "spec": {"parentQueue": "org", "resources": {"gpu": {"quota": 4}}}},
+            ]
+        }
+    }
+    service = make_service([node_obj("n", gpus=8)], kai_pods(0), config=config)
+    client = client_for(service)
+    ok = in_queue(pod_obj("b2", gpus=2, uid="b2"), "qb", KAI_QUEUE_LABEL)
+    assert client.post("/filter", content=filter_body(ok, ["n"])).json()["NodeNames"] == ["n"]
+    big = in_queue(pod_obj("b3", gpus=3, uid="b3"), "qb", KAI_QUEUE_LABEL)
+    reason = client.post("/filter", content=filter_body(big, ["n"])).json()["FailedAndUnresolvableNodes"]["n"]
+    assert reason == "OverLimit: KAI queue org gpu allocated 4 + request 3 > limit 6"
+    parent = in_queue(pod_obj("p", gpus=1, uid="p"), "org", KAI_QUEUE_LABEL)
+    reason = client.post("/filter", content=filter_body(parent, ["n"])).json()["FailedAndUnresolvableNodes"]["n"]
+    assert reason == "KAI queue org is a parent queue; only leaf queues hold pods"
