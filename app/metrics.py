@@ -34,6 +34,17 @@ class _CacheCollector(Collector):
         for resource, value in values.get("synced", {}).items():
             synced.add_metric([resource], value)
         yield synced
+        shares = values.get("queue_weighted_share")
+        if shares is not None:
+            share = GaugeMetricFamily(
+                "kube_gpu_extender_queue_weighted_share",
+                "Dominant resource share (per-mille, KEP-8902 flavor weights, divided by the queue weight; "
+                "+Inf for weight 0 while borrowing) of each ClusterQueue and cohort, like Kueue's weighted_share.",
+                labels=["queue"],
+            )
+            for queue, value in shares.items():
+                share.add_metric([queue], value)
+            yield share
 
 
 class Metrics:

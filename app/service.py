@@ -109,6 +109,11 @@ class ExtenderService:
             "objects": {kind: float(count) for kind, count in self.cache.counts().items()},
             "ledger": {"size": float(len(self.cache.ledger))},
             "synced": {name: float(state.synced) for name, state in self.cache.sources.items()},
+            **(
+                {"queue_weighted_share": {key: drs.share for key, drs in self.fairness.usage.shares().items()}}
+                if self.fairness is not None
+                else {}
+            ),
         }
 
     @property

@@ -540,3 +540,15 @@ def test_kai_parent_limit_applies_to_its_children(client_for: Any) -> None:
     parent = in_queue(pod_obj("p", gpus=1, uid="p"), "org", KAI_QUEUE_LABEL)
     reason = client.post("/filter", content=filter_body(parent, ["n"])).json()["FailedAndUnresolvableNodes"]["n"]
     assert reason == "KAI queue org is a parent queue; only leaf queues hold pods"
+
+
+def test_metrics_export_each_queues_weighted_share(client_for: Any) -> None:
+    """team-a borrows 4 a10 (nominal 0): 4 * 1 / 76 * 1000 = 52.6 per-mille, as in test_queues."""
+    running = [in_queue(pod_obj("a", gpus=4, node="spot-1", namespace="team-a", uid="a", phase="Running"), "training")]
+    service = make_service(STORY1_NODES, running, config=story1())
+    text = client_for(service).get("/metrics").text
+    line = next(
+        x for x in text.splitlines() if x.startswith('kube_gpu_extender_queue_weighted_share{queue="cq/team-a"}')
+    )
+    assert float(line.split()[-1]) == pytest.approx(4000 / 76)
+    assert 'kube_gpu_extender_queue_weighted_share{queue="cq/team-b"} 0.0' in text
