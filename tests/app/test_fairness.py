@@ -206,10 +206,9 @@ COHORT_9 = {
 }
 
 
-def preempt_service() -> Any:
-    """The reference's worked example (section 5.2) on one node: cohort 9 GPUs, cq-p1 runs 4 x 2 on n1
-    (9 GPUs), priorities 1..4 so the candidate order (lower priority first) is w0, w1, w2, w3."""
-    workers = [
+def cq_p1_workers() -> list[dict[str, Any]]:
+    """cq-p1's 4 x 2 GPUs on n1, priorities 1..4, so the candidate order (lower priority first) is w0..w3."""
+    return [
         in_queue(
             pod_obj(
                 f"w{i}",
@@ -226,6 +225,11 @@ def preempt_service() -> Any:
         )
         for i in range(4)
     ]
+
+
+def preempt_service() -> Any:
+    """The reference's worked example (section 5.2) on one node: cohort 9 GPUs, cq-p1 runs 4 x 2 on n1 (9 GPUs)."""
+    workers = cq_p1_workers()
     other = pod_obj("x", gpus=4, node="n2", uid="x", phase="Running")  # no queue
     return make_service(
         [node_obj("n1", gpus=9), node_obj("n2", gpus=4)], [*workers, other], config={"queues": COHORT_9}
@@ -280,24 +284,7 @@ def test_preempt_keeps_the_schedulers_victims_when_quota_is_not_the_problem() ->
 
 def test_preempt_drops_a_node_when_the_queue_victims_do_not_free_the_node() -> None:
     """Same quota as the 5-GPU case, but n1 has only 8 GPUs: w0 + w1 free 4 < 5 -> dropped."""
-    workers = [
-        in_queue(
-            pod_obj(
-                f"w{i}",
-                gpus=2,
-                cpu=None,
-                memory=None,
-                node="n1",
-                namespace="p1",
-                uid=f"w{i}",
-                phase="Running",
-                priority=i + 1,
-            ),
-            "lq",
-        )
-        for i in range(4)
-    ]
-    service = make_service([node_obj("n1", gpus=8)], workers, config={"queues": COHORT_9})
+    service = make_service([node_obj("n1", gpus=8)], cq_p1_workers(), config={"queues": COHORT_9})
     assert preempt(service, 5, {"n1": ["w0", "w1", "w2", "w3"]}) == {}
 
 
