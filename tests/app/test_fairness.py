@@ -206,25 +206,32 @@ COHORT_9 = {
 }
 
 
-def cq_p1_workers() -> list[dict[str, Any]]:
-    """cq-p1's 4 x 2 GPUs on n1, priorities 1..4, so the candidate order (lower priority first) is w0..w3."""
+def running(
+    prefix: str, count: int, *, gpus: int, node: str, namespace: str, queue: str, first_priority: int
+) -> list[dict[str, Any]]:
+    """``count`` running GPU-only pods of one queue on one node, priorities rising from ``first_priority``."""
     return [
         in_queue(
             pod_obj(
-                f"w{i}",
-                gpus=2,
+                f"{prefix}{i}",
+                gpus=gpus,
                 cpu=None,
                 memory=None,
-                node="n1",
-                namespace="p1",
-                uid=f"w{i}",
+                node=node,
+                namespace=namespace,
+                uid=f"{prefix}{i}",
                 phase="Running",
-                priority=i + 1,
+                priority=first_priority + i,
             ),
-            "lq",
+            queue,
         )
-        for i in range(4)
+        for i in range(count)
     ]
+
+
+def cq_p1_workers() -> list[dict[str, Any]]:
+    """cq-p1's 4 x 2 GPUs on n1, priorities 1..4, so the candidate order (lower priority first) is w0..w3."""
+    return running("w", 4, gpus=2, node="n1", namespace="p1", queue="lq", first_priority=1)
 
 
 def preempt_service() -> Any:
@@ -372,8 +379,8 @@ def test_kai_bind_then_watch_keeps_one_count(client_for: Any) -> None:
 
 # ---------------------------------------------------------------------------- /debug
 def test_debug_queues_lists_filter_decisions_with_reasons(client_for: Any) -> None:
-    running = [in_queue(pod_obj("b1", gpus=8, node="h100-1", namespace="team-b", uid="b1", phase="Running"), "lq-b")]
-    service = make_service(STORY1_NODES, running, config=story1())  # h100-1 has room: quota decides
+    bound = [in_queue(pod_obj("b1", gpus=8, node="h100-1", namespace="team-b", uid="b1", phase="Running"), "lq-b")]
+    service = make_service(STORY1_NODES, bound, config=story1())  # h100-1 has room: quota decides
     client = client_for(service)
     pod = in_queue(pod_obj("a1", gpus=4, namespace="team-a", uid="a1"), "training")
     client.post("/filter", content=filter_body(pod, ["spot-1", "h100-1"]))
@@ -414,24 +421,8 @@ def test_story1_team_a_reclaims_its_h100s_from_borrowing_team_b() -> None:
     its own quota plus team-a's 4, borrowed. team-a asks for 4: within its nominal 4, so Kueue's
     within-nominal reclamation takes team-b's candidates in order (lower priority first) without the
     share rules until the 4 fit: b0..b3, reason InCohortReclamation, sent highest priority first."""
-    running = [
-        in_queue(
-            pod_obj(
-                f"b{i}",
-                gpus=1,
-                cpu=None,
-                memory=None,
-                node="h100-8",
-                namespace="team-b",
-                uid=f"b{i}",
-                phase="Running",
-                priority=i,
-            ),
-            "lq-b",
-        )
-        for i in range(8)
-    ]
-    service = make_service([labelled("h100-8", {"gpu-type": "h100"}, gpus=8)], running, config=story1())
+    pods = running("b", 8, gpus=1, node="h100-8", namespace="team-b", queue="lq-b", first_priority=0)
+    service = make_service([labelled("h100-8", {"gpu-type": "h100"}, gpus=8)], pods, config=story1())
     pod = in_queue(pod_obj("a", gpus=4, cpu=None, memory=None, namespace="team-a", priority=100), "training")
     body = {
         "Pod": pod,
@@ -531,8 +522,8 @@ def test_kai_parent_limit_applies_to_its_children(client_for: Any) -> None:
 
 def test_metrics_export_each_queues_weighted_share(client_for: Any) -> None:
     """team-a borrows 4 a10 (nominal 0): 4 * 1 / 76 * 1000 = 52.6 per-mille, as in test_queues."""
-    running = [in_queue(pod_obj("a", gpus=4, node="spot-1", namespace="team-a", uid="a", phase="Running"), "training")]
-    service = make_service(STORY1_NODES, running, config=story1())
+    bound = [in_queue(pod_obj("a", gpus=4, node="spot-1", namespace="team-a", uid="a", phase="Running"), "training")]
+    service = make_service(STORY1_NODES, bound, config=story1())
     text = client_for(service).get("/metrics").text
     line = next(
         x for x in text.splitlines() if x.startswith('kube_gpu_extender_queue_weighted_share{queue="cq/team-a"}')
