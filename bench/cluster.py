@@ -15,7 +15,7 @@ import argparse
 import json
 import random
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -35,6 +35,7 @@ __all__ = [
 ]
 
 Obj = dict[str, Any]
+Edit = Callable[[int, Obj, list[Obj]], None]  # (node index, node, its pods), changed in place
 GPU = "nvidia.com/gpu"
 EPOCH = datetime(2026, 9, 1, tzinfo=UTC)
 
@@ -422,10 +423,20 @@ def iter_cluster(n: int, seed: int = 1) -> Iterator[tuple[Obj, list[Obj]]]:
         yield _node(rng, name, ip, shape), _pods_for(rng, name, shape, keep_free)
 
 
-def build_cluster(n: int, seed: int = 1) -> Obj:
-    """The whole cluster as one v1 List (nodes first, like ``kubectl get nodes,pods -o json``)."""
+def _edited(n: int, seed: int, edit: Edit | None) -> Iterator[tuple[Obj, list[Obj]]]:
+    for index, (node, node_pods) in enumerate(iter_cluster(n, seed)):
+        if edit is not None:
+            edit(index, node, node_pods)
+        yield node, node_pods
+
+
+def build_cluster(n: int, seed: int = 1, edit: Edit | None = None) -> Obj:
+    """The whole cluster as one v1 List (nodes first, like ``kubectl get nodes,pods -o json``).
+
+    ``edit`` may change each node and its pods (e.g. queue labels) without touching the seeded draws.
+    """
     nodes, pods = [], []
-    for node, node_pods in iter_cluster(n, seed):
+    for node, node_pods in _edited(n, seed, edit):
         nodes.append(node)
         pods.extend(node_pods)
     return {"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": nodes + pods}
@@ -436,13 +447,13 @@ def encode(obj: Any) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode()
 
 
-def write_cluster(path: str | Path, n: int, seed: int = 1) -> list[str]:
+def write_cluster(path: str | Path, n: int, seed: int = 1, edit: Edit | None = None) -> list[str]:
     """Stream the List to ``path`` (nodes, then pods) without holding every dict; return node names."""
     names: list[str] = []
     pods: list[bytes] = []
     with open(path, "wb") as out:
         out.write(b'{"apiVersion":"v1","kind":"List","metadata":{"resourceVersion":""},"items":[')
-        for node, node_pods in iter_cluster(n, seed):
+        for node, node_pods in _edited(n, seed, edit):
             out.write((b"," if names else b"") + encode(node))
             names.append(node["metadata"]["name"])
             pods.extend(encode(pod) for pod in node_pods)
