@@ -86,6 +86,8 @@ class ClusterCache:
         # Called with a pod's UID after every pod event (KAI's pending requests need unbound pods too).
         self.on_pod: Callable[[str], None] | None = None
         self.nodes_version = 0  # bumped on every node change (cluster totals are recomputed lazily)
+        # Called with (name, labels or None) when a node is added, changed or deleted (flavor signatures).
+        self.on_node: Callable[[str, Mapping[str, str] | None], None] | None = None
 
     # ------------------------------------------------------------------ reads
     def node_info(self, name: str) -> NodeInfo | None:
@@ -117,6 +119,8 @@ class ClusterCache:
         self.nodes_version += 1
         self.dra.set_node(node.name, node.labels)
         self._refresh(node.name)
+        if self.on_node is not None:
+            self.on_node(node.name, node.labels)
         if previous is not None and previous.labels != node.labels and self.on_count is not None:
             # The node's flavor may have changed: its pods count against other (flavor, resource)s.
             for uid, entry in self.counted_items():
@@ -126,6 +130,8 @@ class ClusterCache:
     def delete_node(self, name: str) -> None:
         self.nodes.pop(name, None)
         self.nodes_version += 1
+        if self.on_node is not None:
+            self.on_node(name, None)
         self.dra.delete_node(name)
         self._snapshots.pop(name, None)
         self.table.remove(name)

@@ -185,7 +185,7 @@ class ExtenderConfiguration(_Strict):
                     raise ValueError(f"plugins[{i}].args: {FLAVOR_FAIRNESS} takes no args")
                 if self.queues is None:
                     raise ValueError(f"plugins[{i}].name: {FLAVOR_FAIRNESS} needs the queues section")
-                plugin = flavor_fairness or FlavorFairness(None, lambda _name: None)
+                plugin = flavor_fairness or FlavorFairness(None)
                 scorers.append(ScorePluginSpec(plugin, p.weight))
                 continue
             try:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 
 from app.kai_usage import KaiUsage, kai_amounts
 from app.queues import KAI_QUEUE_LABEL, KUEUE_QUEUE_LABEL, QueueConfig, QueueUsage, queues_view
@@ -29,7 +30,6 @@ from scoring.framework import NodeInfo, PodInfo
 
 __all__ = ["FLAVOR_FAIRNESS", "Fairness", "FlavorFairness", "PreemptChoice", "QueuedPod"]
 
-NodeLabels = Callable[[str], Mapping[str, str] | None]
 _PLACEMENTS = 1024  # placements of recently seen queued pods, for prioritize and preempt
 
 
@@ -68,6 +68,34 @@ class PreemptChoice:
     detail: tuple[dict[str, Any], ...] = ()
 
 
+class NodeSignatures:
+    """Each node's flavor-label signature (the values of every flavor's label keys) as a small integer,
+    kept at cache-update time: a request then judges each distinct signature once and maps the
+    verdicts onto its nodes with numpy, instead of reading every node's labels."""
+
+    def __init__(self, keys: tuple[str, ...]) -> None:
+        self.keys = keys
+        self.ids: dict[tuple[str | None, ...], int] = {}
+        self.labels: list[dict[str, str]] = []  # id -> the labels that decide flavors
+        self.by_node: dict[str, int] = {}
+
+    def set_node(self, name: str, labels: Mapping[str, str] | None) -> None:
+        if labels is None:
+            self.by_node.pop(name, None)
+            return
+        signature = tuple(labels.get(k) for k in self.keys)
+        sid = self.ids.get(signature)
+        if sid is None:
+            sid = self.ids[signature] = len(self.labels)
+            self.labels.append({k: v for k, v in zip(self.keys, signature, strict=True) if v is not None})
+        self.by_node[name] = sid
+
+    def lookup(self, names: Sequence[str]) -> npt.NDArray[np.int64]:
+        """Signature id per name; -1 for nodes the cache does not know."""
+        get = self.by_node.get
+        return np.fromiter((get(n, -1) for n in names), dtype=np.int64, count=len(names))
+
+
 class Fairness:
     def __init__(self, usage: QueueUsage, kai: KaiUsage | None = None, wall_clock: Callable[[], float] = time.time):
         self.usage = usage
@@ -75,6 +103,14 @@ class Fairness:
         self.wall_clock = wall_clock
         self.decisions: deque[dict[str, Any]] = deque(maxlen=100)
         self._placements: OrderedDict[str, PodPlacement] = OrderedDict()
+        self.signatures = NodeSignatures(usage.config.flavor_label_keys)
+        if usage.cache is not None:
+            for name, node in usage.cache.nodes.items():
+                self.signatures.set_node(name, node.labels)
+
+    def set_node(self, name: str, labels: Mapping[str, str] | None) -> None:
+        """A node was added, changed (labels: its flavor may change) or deleted (None)."""
+        self.signatures.set_node(name, labels)
 
     @staticmethod
     def attach(cache: Any, config: QueueConfig | None, wall_clock: Callable[[], float] = time.time) -> Fairness | None:
@@ -92,7 +128,9 @@ class Fairness:
         kai.recount()
         cache.on_count = on_count
         cache.on_pod = kai.refresh
-        return Fairness(usage, kai, wall_clock)
+        fairness = Fairness(usage, kai, wall_clock)
+        cache.on_node = fairness.set_node
+        return fairness
 
     @property
     def config(self) -> QueueConfig:
@@ -103,6 +141,10 @@ class Fairness:
         self.usage.reconfigure(config)
         if self.kai is not None:
             self.kai.reconfigure(config)
+        self.signatures = NodeSignatures(config.flavor_label_keys)
+        if self.usage.cache is not None:
+            for name, node in self.usage.cache.nodes.items():
+                self.signatures.set_node(name, node.labels)
 
     # ------------------------------------------------------------------ pods
     def remember_placement(self, uid: str, placement: PodPlacement) -> None:
@@ -168,31 +210,31 @@ class Fairness:
         verdict: QuotaVerdict = check_quota(snap, queued.queue, request)
         return NodeFairness(flavors, request, verdict.verdict, verdict.reason, verdict.borrowing, index, count)
 
-    def _per_node(
-        self, pod: PodInfo, queued: QueuedPod, names: Iterable[str], node_labels: NodeLabels
-    ) -> Iterable[tuple[str, NodeFairness | None]]:
-        snap = self._snapshot_without(pod)
+    def _judged(
+        self, pod: PodInfo, queued: QueuedPod, names: Sequence[str], snap: TreeUsage | None = None
+    ) -> tuple[npt.NDArray[np.int64], dict[int, NodeFairness]]:
+        """Signature id per node and one verdict per distinct signature among them."""
+        ids = self.signatures.lookup(names)
+        snap = snap if snap is not None else self._snapshot_without(pod)
         placement = self.placement(pod.uid)
-        keys = self.config.flavor_label_keys
-        memo: dict[tuple[str | None, ...], NodeFairness] = {}
-        for name in names:
-            labels = node_labels(name)
-            if labels is None:
-                yield name, None
-                continue
-            signature = tuple(labels.get(k) for k in keys)
-            judged = memo.get(signature)
-            if judged is None:
-                judged = memo[signature] = self._judge(queued, placement, labels, snap)
-            yield name, judged
+        labels = self.signatures.labels
+        verdicts = {sid: self._judge(queued, placement, labels[sid], snap) for sid in set(ids.tolist()) if sid >= 0}
+        return ids, verdicts
+
+    def _per_node(
+        self, pod: PodInfo, queued: QueuedPod, names: Sequence[str]
+    ) -> Iterable[tuple[str, NodeFairness | None]]:
+        ids, verdicts = self._judged(pod, queued, names)
+        for name, sid in zip(names, ids.tolist(), strict=True):
+            yield name, verdicts.get(sid)
 
     # ------------------------------------------------------------------ filter
-    def filter(self, pod: PodInfo, names: Sequence[str], node_labels: NodeLabels) -> dict[str, tuple[bool, str]]:
+    def filter(self, pod: PodInfo, names: Sequence[str]) -> dict[str, tuple[bool, str]]:
         """Nodes the pod's queue may not use: name -> (unresolvable, reason); recorded for /debug/queues."""
         queued = self.queued(pod)
         if queued is None or not names:
             return {}
-        out = self._rejections(pod, queued, names, node_labels)
+        out = self._rejections(pod, queued, names)
         if out:
             reasons: dict[str, int] = {}
             for _hard, reason in out.values():
@@ -200,67 +242,66 @@ class Fairness:
             self._record("filter", pod, queued, rejected=len(out), of=len(names), reasons=reasons)
         return out
 
-    def _rejections(
-        self, pod: PodInfo, queued: QueuedPod, names: Sequence[str], node_labels: NodeLabels
-    ) -> dict[str, tuple[bool, str]]:
+    def _rejections(self, pod: PodInfo, queued: QueuedPod, names: Sequence[str]) -> dict[str, tuple[bool, str]]:
         if queued.missing:
             return dict.fromkeys(names, (True, queued.missing))
         if queued.kind == "kai":
             assert self.kai is not None
             rejection = self.kai.check(pod.uid, queued.queue, pod.resources.requests)
             return {} if rejection is None else dict.fromkeys(names, rejection)
+        if not queued.covered:
+            return {}  # nothing the queue limits: every flavor question is moot
+        ids, verdicts = self._judged(pod, queued, names)
+        rejected = [sid for sid, judged in verdicts.items() if judged.verdict is not Verdict.FITS]
+        if not rejected:
+            return {}
         out: dict[str, tuple[bool, str]] = {}
-        for name, judged in self._per_node(pod, queued, names, node_labels):
-            if judged is not None and judged.verdict is not Verdict.FITS:
-                out[name] = (judged.verdict is Verdict.UNRESOLVABLE, judged.reason)
+        for position in np.flatnonzero(np.isin(ids, rejected)).tolist():
+            judged = verdicts[int(ids[position])]
+            out[names[position]] = (judged.verdict is Verdict.UNRESOLVABLE, judged.reason)
         return out
 
-    def admits(self, pod: PodInfo, node: str, node_labels: NodeLabels) -> str | None:
+    def admits(self, pod: PodInfo, node: str) -> str | None:
         """Bind's re-check, atomic with the assumption: the quota may have been used up since filter
         (kube-scheduler filters the next pod before the previous one's bind arrives)."""
         queued = self.queued(pod)
         if queued is None:
             return None
-        rejection = self._rejections(pod, queued, [node], node_labels).get(node)
+        rejection = self._rejections(pod, queued, [node]).get(node)
         if rejection is None:
             return None
         self._record("bind", pod, queued, node=node, action="refused", reason=rejection[1])
         return rejection[1]
 
-    def record_bind(self, pod: PodInfo, node: str, node_labels: NodeLabels) -> None:
+    def record_bind(self, pod: PodInfo, node: str) -> None:
         """An admission: the flavors the pod took, whether it borrows, and its queue's share now."""
         queued = self.queued(pod)
         if queued is None or queued.missing:
             return
         detail: dict[str, Any] = {"node": node, "action": "admitted"}
-        labels = node_labels(node)
-        if queued.kind == "kueue" and labels is not None:
-            judged = self._judge(queued, self.placement(pod.uid), labels, self._snapshot_without(pod))
+        judged = dict(self._per_node(pod, queued, [node])).get(node) if queued.kind == "kueue" else None
+        if judged is not None:
             share = self.usage.share_of(queued.queue)
             detail.update(flavors=dict(judged.flavors), borrowing=judged.borrowing, weightedShare=share.share)
         self._record("bind", pod, queued, **detail)
 
     # ------------------------------------------------------------------ prioritize
-    def scores(self, pod: PodInfo, names: Sequence[str], node_labels: NodeLabels) -> list[int]:
-        """FlavorFairness 0..100 per node (0 where the node's flavor is not allowed)."""
+    def scores(self, pod: PodInfo, names: Sequence[str]) -> npt.NDArray[np.int64]:
+        """FlavorFairness 0..100 per node (0 where the node's flavor is not allowed or unknown)."""
         queued = self.queued(pod)
         if queued is None or queued.kind != "kueue" or queued.missing or not queued.covered:
-            return [0] * len(names)
+            return np.zeros(len(names), dtype=np.int64)
         snap = self._snapshot_without(pod)
+        ids, verdicts = self._judged(pod, queued, names, snap)
+        by_id = np.zeros(len(self.signatures.labels) + 1, dtype=np.int64)  # slot 0: unknown nodes (id -1)
         weights = self.config.weight
-        memo: dict[int, int] = {}
-        out = []
-        for _name, judged in self._per_node(pod, queued, names, node_labels):
-            if judged is None or not judged.flavors:
-                out.append(0)
-                continue
-            score = memo.get(id(judged))
-            if score is None:
-                score = memo[id(judged)] = flavor_fairness_score(
+        for sid, judged in verdicts.items():
+            if judged.flavors:
+                by_id[sid + 1] = flavor_fairness_score(
                     snap, queued.queue, judged.request, judged.flavor_index, judged.flavor_count, weights
                 )
-            out.append(score)
-        return out
+        scores: npt.NDArray[np.int64] = by_id[ids + 1]
+        return scores
 
     # ------------------------------------------------------------------ preempt
     def preempt_choice(self, pod: PodInfo, node_name: str, scheduler_victims: Sequence[str]) -> PreemptChoice:
@@ -361,20 +402,20 @@ class Fairness:
             )
 
     # ------------------------------------------------------------------ debug
-    def explain(self, pod: PodInfo, names: Sequence[str], node_labels: NodeLabels) -> dict[str, dict[str, Any]]:
+    def explain(self, pod: PodInfo, names: Sequence[str]) -> dict[str, dict[str, Any]]:
         """Per node: the queue, flavors, quota verdict and FlavorFairness score."""
         queued = self.queued(pod)
         if queued is None:
             return {}
         if queued.missing or queued.kind == "kai":
-            rejection = self._rejections(pod, queued, names[:1], node_labels).get(names[0]) if names else None
+            rejection = self._rejections(pod, queued, names[:1]).get(names[0]) if names else None
             verdict = {"queue": queued.queue, "kind": queued.kind, "passed": rejection is None}
             if rejection is not None:
                 verdict.update(unresolvable=rejection[0], reason=rejection[1])
             return dict.fromkeys(names, verdict)
-        scores = dict(zip(names, self.scores(pod, names, node_labels), strict=True))
+        scores = dict(zip(names, self.scores(pod, names).tolist(), strict=True))
         out = {}
-        for name, judged in self._per_node(pod, queued, names, node_labels):
+        for name, judged in self._per_node(pod, queued, names):
             if judged is None:
                 continue
             out[name] = {
@@ -426,9 +467,8 @@ class FlavorFairness:
 
     name = FLAVOR_FAIRNESS
 
-    def __init__(self, fairness: Fairness | None, node_labels: NodeLabels) -> None:
+    def __init__(self, fairness: Fairness | None) -> None:
         self.fairness = fairness
-        self.node_labels = node_labels
 
     def applies(self, pod: PodInfo) -> bool:
         if self.fairness is None:
@@ -438,9 +478,9 @@ class FlavorFairness:
         return queued is not None and queued.kind == "kueue" and not queued.missing and bool(queued.covered)
 
     def score(self, pod: PodInfo, node: NodeInfo) -> int:
-        return self.fairness.scores(pod, [node.name], self.node_labels)[0] if self.fairness is not None else 0
+        return int(self.fairness.scores(pod, [node.name])[0]) if self.fairness is not None else 0
 
     def score_batch(self, pod: PodInfo, batch: Any) -> Any:
         if self.fairness is None:
             return np.zeros(len(batch), dtype=np.int64)
-        return np.asarray(self.fairness.scores(pod, batch.names, self.node_labels), dtype=np.int64)
+        return self.fairness.scores(pod, batch.names)

@@ -202,6 +202,8 @@ class QueueUsage:
     clock: Callable[[], float] = time.monotonic
     # When each pod was first counted: Kueue's "most recently admitted first" among preemption candidates.
     admitted_at: dict[str, float] = field(default_factory=dict)
+    _version: int = 0  # bumped on every usage change; the tree snapshot is rebuilt only after one
+    _snapshot: tuple[int, TreeUsage] | None = None
 
     def contribution(self, entry: tuple[str, Any, bool] | None) -> tuple[str | None, Usage | None]:
         """What a counted pod (node, pod, assumed) adds: its ClusterQueue and per (flavor, resource) amounts."""
@@ -223,6 +225,7 @@ class QueueUsage:
         """Rebuild all usage from the cache (start-up, or after the queue configuration changed)."""
         self.usage.clear()
         self._counted.clear()
+        self._version += 1
         if self.cache is not None:
             for uid, entry in self.cache.counted_items():
                 self.account(uid, *self.contribution(entry))
@@ -232,6 +235,7 @@ class QueueUsage:
     def reconfigure(self, config: QueueConfig) -> None:
         """Swap in a new queue configuration (e.g. from watched Kueue objects) and recount usage."""
         self.config = config
+        self._snapshot = None
         self.recount()
 
     def account(self, uid: str, cluster_queue: str | None, amounts: Mapping[FlavorResource, float] | None) -> None:
@@ -252,6 +256,7 @@ class QueueUsage:
         return self._counted.get(uid)
 
     def _add(self, cq: str, amounts: Mapping[FlavorResource, float], sign: float) -> None:
+        self._version += 1
         used = self.usage.setdefault(cq, {})
         for fr, v in amounts.items():
             total = used.get(fr, 0.0) + sign * v
@@ -261,7 +266,10 @@ class QueueUsage:
                 used.pop(fr, None)
 
     def snapshot(self) -> TreeUsage:
-        return self.config.tree.tree_usage(self.usage)
+        """Usage of every node of the tree; immutable, so it is shared until the usage changes."""
+        if self._snapshot is None or self._snapshot[0] != self._version:
+            self._snapshot = (self._version, self.config.tree.tree_usage(self.usage))
+        return self._snapshot[1]
 
     def shares(self, weighted: bool = True) -> dict[str, DominantResourceShare]:
         snap = self.snapshot()

@@ -95,7 +95,7 @@ class ExtenderService:
         self.metrics = metrics or Metrics()
         self.fairness = Fairness.attach(cache, config.queue_config(), wall_clock)
         self.kueue_source: Any = None  # app.kueue_watch.KueueSource when Kueue's objects are watched
-        self.profile = config.build_profile(FlavorFairness(self.fairness, self._node_labels))
+        self.profile = config.build_profile(FlavorFairness(self.fairness))
         self.fit = ManagedResourcesFit(config.managed_resource_names)
         self.readiness = readiness or (lambda: (True, ""))
         self.wall_clock = wall_clock
@@ -119,10 +119,6 @@ class ExtenderService:
     @property
     def queue_usage(self) -> QueueUsage | None:
         return self.fairness.usage if self.fairness is not None else None
-
-    def _node_labels(self, name: str) -> Mapping[str, str] | None:
-        node = self.cache.nodes.get(name)
-        return None if node is None else node.labels
 
     # ------------------------------------------------------------------ helpers
     def _pod(self, obj: Mapping[str, Any] | bytes) -> PodInfo:
@@ -268,7 +264,7 @@ class ExtenderService:
         """Queues (app/fairness.py): nodes whose flavor the pod's queue may not use or has no quota left on."""
         if self.fairness is None or not pod.queue_labels:
             return {}
-        return self.fairness.filter(pod, names, self._node_labels)
+        return self.fairness.filter(pod, names)
 
     # ------------------------------------------------------------------ prioritize
     def prioritize(self, body: bytes, plugin: str | None = None) -> list[dict[str, Any]] | msgspec.Raw:
@@ -381,7 +377,7 @@ class ExtenderService:
             return self._bind_failed(key, "bound-elsewhere", f"pod {key} is already bound to node {pod.node_name}")
         if args.node not in self.cache.nodes:
             return self._bind_failed(key, "unknown-node", f"node {args.node} is unknown to the extender")
-        refusal = self.fairness.admits(pod, args.node, self._node_labels) if self.fairness is not None else None
+        refusal = self.fairness.admits(pod, args.node) if self.fairness is not None else None
         if refusal is not None:
             return self._bind_failed(
                 key, "quota", f"the queue of pod {key} can no longer use node {args.node}: {refusal}"
@@ -423,7 +419,7 @@ class ExtenderService:
             return self._bind_failed(key, exc.kind, f"binding pod {key} to node {args.node} failed: {exc}")
         self._record("bind", key, "bound", node=args.node)
         if self.fairness is not None and pod.queue_labels:
-            self.fairness.record_bind(pod, args.node, self._node_labels)
+            self.fairness.record_bind(pod, args.node)
         return {"Error": ""}
 
     def _bind_failed(self, key: str, kind: str, message: str) -> dict[str, Any]:
@@ -443,9 +439,7 @@ class ExtenderService:
             claims = self.dra.prefilter(pod)
         nodes = []
         verdicts = list(self._verdicts(pod, args))
-        fairness = (
-            {} if self.fairness is None else self.fairness.explain(pod, [v.name for v in verdicts], self._node_labels)
-        )
+        fairness = {} if self.fairness is None else self.fairness.explain(pod, [v.name for v in verdicts])
         for verdict in verdicts:
             entry: dict[str, Any] = {
                 "name": verdict.name,

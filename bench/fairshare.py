@@ -134,12 +134,14 @@ def main() -> None:
         }
     )
     node_names = list(labels)
+    for name, node_labels in labels.items():  # what the cache's node events do
+        fairness.set_node(name, node_labels)
 
     def service_hook() -> None:
-        fairness.filter(pod, node_names, labels.get)
+        fairness.filter(pod, node_names)
 
     def prioritize_hook() -> None:
-        fairness.scores(pod, node_names, labels.get)
+        fairness.scores(pod, node_names)
 
     # KAI: 50 queues asking for 12 GPUs each over 5,000 x 8 GPUs; one event invalidates the division.
     cache = SimpleNamespace(nodes_version=0, nodes={}, pods={}, counted_items=list)

@@ -110,7 +110,7 @@ def test_malformed_tolerations_of_a_queued_pod_get_a_clear_error(client_for: Any
     assert "Pod.spec.tolerations[0].operator: must be Exists when key is empty" in result["Error"]
 
 
-def test_flavor_follows_a_node_relabel() -> None:
+def test_flavor_follows_a_node_relabel(client_for: Any) -> None:
     """A node moved from a10 to h100 labels: its pods count against h100-reserved from then on."""
     running = in_queue(pod_obj("b", gpus=2, node="n", namespace="team-b", uid="b", phase="Running"), "lq-b")
     service = make_service([labelled("n", {"gpu-type": "a10", "lifecycle": "spot"})], [running], config=story1())
@@ -118,6 +118,12 @@ def test_flavor_follows_a_node_relabel() -> None:
     assert usage is not None and usage.usage["team-b"] == {("a10-spot", GPU): 2.0}
     service.cache.upsert_node(node_from_obj(labelled("n", {"gpu-type": "h100"})))
     assert usage.usage["team-b"] == {("h100-reserved", GPU): 2.0}
+    # Filter and explain see the new flavor too (signatures are kept at cache-update time).
+    pod = in_queue(pod_obj("a", gpus=1, namespace="team-a", uid="a"), "training")
+    (node,) = client_for(service).post("/debug/explain", content=filter_body(pod, ["n"])).json()["nodes"]
+    assert node["fairness"]["flavors"] == {GPU: "h100-reserved"}
+    service.cache.delete_node("n")
+    assert service.fairness.filter(pod_from_obj(pod), ["n"]) == {}  # unknown to the cache: no queue verdict
 
 
 # ---------------------------------------------------------------------------- prioritize: FlavorFairness
