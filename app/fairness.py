@@ -24,6 +24,7 @@ from fairshare.admission import QuotaVerdict, Verdict, check_quota
 from fairshare.flavor import PodPlacement, flavor_fits_pod, node_matches_flavor
 from fairshare.flavor_fairness import NAME as FLAVOR_FAIRNESS
 from fairshare.flavor_fairness import flavor_fairness_score
+from fairshare.kai import QueueResource
 from fairshare.preemption import Candidate, fair_preemption
 from fairshare.quota import FlavorResource, TreeUsage
 from scoring.framework import NodeInfo, PodInfo
@@ -450,7 +451,7 @@ class Fairness:
         )
 
 
-def _allocatable_share(spec: Any, fair_share: float) -> float:
+def _allocatable_share(spec: QueueResource | None, fair_share: float) -> float:
     """KAI's allocatable share: max(deserved, fair share), capped by the limit."""
     if spec is None:
         return fair_share

@@ -63,25 +63,35 @@ class KaiUsage:
     _version: int = 0
     _shares: tuple[tuple[int, int], dict[str, Amounts]] | None = None
     _totals: tuple[int, Amounts] | None = None
+    queues: dict[str, KaiQueue] = field(init=False)
+    leaves: frozenset[str] = field(init=False)
+    _chains: dict[str, list[str]] = field(init=False)
 
-    @property
-    def queues(self) -> dict[str, KaiQueue]:
-        return {q.name: q for q in self.config.kai_queues}
+    def __post_init__(self) -> None:
+        self._index()
+
+    def _index(self) -> None:
+        """Queue lookups the hot paths use, built once per configuration."""
+        self.queues = {q.name: q for q in self.config.kai_queues}
+        parents = {q.parent for q in self.config.kai_queues}
+        self.leaves = frozenset(q.name for q in self.config.kai_queues if q.name not in parents)
+        self._chains = {}
+        for name in self.queues:
+            chain = [name]  # parse_queue_config rejects unknown parents and cycles
+            while (parent := self.queues[chain[-1]].parent) is not None:
+                chain.append(parent)
+            self._chains[name] = chain
 
     def queue_of(self, labels: Mapping[str, str]) -> str | None:
         """The pod's KAI queue name (its ``kai.scheduler/queue`` label), or None."""
         return labels.get(KAI_QUEUE_LABEL) or None
 
     def is_leaf(self, queue: str) -> bool:
-        return all(q.parent != queue for q in self.config.kai_queues)
+        return queue in self.leaves
 
     def ancestors(self, queue: str) -> list[str]:
         """The queue and its parents, queue first."""
-        queues = self.queues
-        chain = [queue]
-        while (parent := queues[chain[-1]].parent) is not None and parent in queues and parent not in chain:
-            chain.append(parent)
-        return chain
+        return self._chains.get(queue, [queue])
 
     # ------------------------------------------------------------------ accounting
     def refresh(self, uid: str) -> None:
@@ -134,6 +144,7 @@ class KaiUsage:
     def reconfigure(self, config: QueueConfig) -> None:
         self.config = config
         self._shares = None
+        self._index()
         self.recount()
 
     def is_pending(self, uid: str) -> bool:
