@@ -355,11 +355,14 @@ class Fairness:
         stays above its fair share and a reclaimer within its own); drop the node if none remain."""
         assert self.kai is not None
         kai, cache = self.kai, self.kai.cache
-        shares = kai.fair_shares()
         reclaimer = kai.queues.get(queued.queue)
         if reclaimer is None:
             return PreemptChoice("drop", reason=f"KAI queue {queued.queue} does not exist")
-        request = {r: v for r, v in kai_amounts(pod.resources.requests).items() if r in reclaimer.resources}
+        amounts = kai_amounts(pod.resources.requests)
+        # The preemptor is pending: its request counts in the division even before the watch shows it.
+        unseen = not kai.is_pending(pod.uid) and cache is not None and cache.counted(pod.uid) is None
+        shares = kai.fair_shares((queued.queue, amounts) if unseen else None)
+        request = {r: v for r, v in amounts.items() if r in reclaimer.resources}
         own = kai.allocated.get(queued.queue, {})
         can_reclaim = all(
             own.get(r, 0.0) + v <= shares.get(queued.queue, {}).get(r, 0.0) + 1e-9 for r, v in request.items()

@@ -536,3 +536,40 @@ def test_metrics_export_each_queues_weighted_share(client_for: Any) -> None:
     )
     assert float(line.split()[-1]) == pytest.approx(4000 / 76)
     assert 'kube_gpu_extender_queue_weighted_share{queue="cq/team-b"} 0.0' in text
+
+
+def test_kai_preempt_keeps_only_victims_the_reclaim_rules_allow() -> None:
+    """8 GPUs; qa (deserved 4) runs a0 = 4 and a1 = 2, qb (deserved 4) runs b0 = 2 and asks 2 more:
+    requests 6 / 4 over 8 -> fair shares 4 / 4. qb may reclaim (2 + 2 <= 4). Offered [a0, a1]: a0
+    leaves qa at 6 > its allocatable share 4 (MaintainFairShare) -> allowed; then a1 would leave qa at
+    2 <= 4 -> refused. a0 alone frees 4 >= 2 on the node. Offered [a1] with qa at 4 only -> dropped."""
+
+    def service_with(qa_pods: list[tuple[str, int]]) -> Any:
+        pods = [
+            in_queue(pod_obj(n, gpus=g, cpu=None, memory=None, node="n", uid=n, phase="Running"), "qa", KAI_QUEUE_LABEL)
+            for n, g in qa_pods
+        ]
+        pods.append(
+            in_queue(
+                pod_obj("b0", gpus=2, cpu=None, memory=None, node="n", uid="b0", phase="Running"), "qb", KAI_QUEUE_LABEL
+            )
+        )
+        return make_service([node_obj("n", gpus=8)], pods, config=kai_config({"quota": 4}))
+
+    def preempt_kai(service: Any, victims: list[str]) -> dict[str, Any]:
+        pod = in_queue(pod_obj("b1", gpus=2, cpu=None, memory=None, uid="b1", priority=10), "qb", KAI_QUEUE_LABEL)
+        body = {
+            "Pod": pod,
+            "NodeNameToMetaVictims": {"n": {"Pods": [{"UID": u} for u in victims], "NumPDBViolations": 0}},
+        }
+        answer: dict[str, Any] = service.preempt(json.dumps(body).encode())["NodeNameToMetaVictims"]
+        return answer
+
+    service = service_with([("a0", 4), ("a1", 2)])
+    assert preempt_kai(service, ["a0", "a1"]) == {"n": {"Pods": [{"UID": "a0"}], "NumPDBViolations": 0}}
+    assert [v["reason"] for v in service.fairness.decisions[-1]["victims"]] == ["MaintainFairShare"]
+    service = service_with([("a0", 4), ("a1", 2)])
+    assert preempt_kai(service, ["b0"]) == {"n": {"Pods": [{"UID": "b0"}], "NumPDBViolations": 0}}  # own queue
+    service = service_with([("a1", 4)])
+    assert preempt_kai(service, ["a1"]) == {}
+    assert "KAI reclaim rules allow none" in service.fairness.decisions[-1]["reason"]
