@@ -32,8 +32,13 @@ class NodeUsage:
     non_zero_memory: int = 0
     pod_count: int = 0
     assumed_count: int = 0
+    uids: set[str] = field(default_factory=set)  # the pods counted here (preemption looks at one node's pods)
 
     def add(self, pod: PodInfo, sign: int) -> None:
+        if sign > 0:
+            self.uids.add(pod.uid)
+        else:
+            self.uids.discard(pod.uid)
         for name, amount in pod.resources.requests.items():
             total = self.requested.get(name, 0) + sign * amount
             if total:
@@ -108,6 +113,11 @@ class ClusterCache:
 
     def counted_items(self) -> list[tuple[str, tuple[str, PodInfo, bool]]]:
         return list(self._counted.items())
+
+    def counted_on(self, node: str) -> list[tuple[str, tuple[str, PodInfo, bool]]]:
+        """The pods counted on one node, as ``counted_items`` entries, without scanning every pod."""
+        usage = self._usage.get(node)
+        return [] if usage is None else [(uid, self._counted[uid]) for uid in sorted(usage.uids)]
 
     def source(self, name: str) -> SourceState:
         return self.sources.setdefault(name, SourceState())
@@ -279,11 +289,19 @@ class ClusterCache:
         for name in set(expected) | set(self._usage):
             have = self._usage.get(name) or NodeUsage()
             want = expected.get(name) or NodeUsage()
-            if (have.requested, have.non_zero_cpu, have.non_zero_memory, have.pod_count, have.assumed_count) != (
+            if (
+                have.requested,
+                have.non_zero_cpu,
+                have.non_zero_memory,
+                have.pod_count,
+                have.assumed_count,
+                have.uids,
+            ) != (
                 want.requested,
                 want.non_zero_cpu,
                 want.non_zero_memory,
                 want.pod_count,
                 want.assumed_count,
+                want.uids,
             ):
                 raise AssertionError(f"usage of node {name} drifted: have {have}, want {want}")

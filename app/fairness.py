@@ -325,7 +325,7 @@ class Fairness:
         if judged.verdict is Verdict.UNRESOLVABLE:
             return PreemptChoice("drop", reason=judged.reason)
         candidates = []
-        for uid, (where, other, assumed) in cache.counted_items():
+        for uid, (where, other, assumed) in cache.counted_on(node_name):
             counted = self.usage.counted(uid)
             if where != node_name or assumed or counted is None or uid == pod.uid:
                 continue  # only pods bound on this node; an assumption in flight is not a victim
