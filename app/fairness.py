@@ -98,16 +98,22 @@ class NodeSignatures:
 
 
 class Fairness:
+    """The service's one entry point to queues: verdicts, scores, victims and the /debug views."""
+
     def __init__(self, usage: QueueUsage, kai: KaiUsage | None = None, wall_clock: Callable[[], float] = time.time):
         self.usage = usage
         self.kai = kai
         self.wall_clock = wall_clock
         self.decisions: deque[dict[str, Any]] = deque(maxlen=100)
         self._placements: OrderedDict[str, PodPlacement] = OrderedDict()
-        self.signatures = NodeSignatures(usage.config.flavor_label_keys)
-        if usage.cache is not None:
-            for name, node in usage.cache.nodes.items():
-                self.signatures.set_node(name, node.labels)
+        self.signatures = self._signatures_of_cached_nodes()
+
+    def _signatures_of_cached_nodes(self) -> NodeSignatures:
+        signatures = NodeSignatures(self.config.flavor_label_keys)
+        if self.usage.cache is not None:
+            for name, node in self.usage.cache.nodes.items():
+                signatures.set_node(name, node.labels)
+        return signatures
 
     def set_node(self, name: str, labels: Mapping[str, str] | None) -> None:
         """A node was added, changed (labels: its flavor may change) or deleted (None)."""
@@ -142,10 +148,7 @@ class Fairness:
         self.usage.reconfigure(config)
         if self.kai is not None:
             self.kai.reconfigure(config)
-        self.signatures = NodeSignatures(config.flavor_label_keys)
-        if self.usage.cache is not None:
-            for name, node in self.usage.cache.nodes.items():
-                self.signatures.set_node(name, node.labels)
+        self.signatures = self._signatures_of_cached_nodes()  # the flavors' label keys may have changed
 
     # ------------------------------------------------------------------ pods
     def remember_placement(self, uid: str, placement: PodPlacement) -> None:
