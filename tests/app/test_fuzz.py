@@ -3,7 +3,9 @@ no handler raises (the catch-all in ``ExtenderVerbs`` would hide it, so its metr
 and /debug/explain answers 200 or 400, never 5xx.
 
 Bodies are random JSON, real kube-scheduler requests (tests/fixtures/kube-scheduler-wire) with one
-value replaced somewhere in the tree, and raw bytes. Bounded: ~150 examples per verb, no deadline.
+value replaced somewhere in the tree, and raw bytes. The service has queues (a ClusterQueue, KAI
+queues, FlavorFairness in its profile) and half the captured pods are put in a queue first, so the
+queue paths meet the same bodies. Bounded: ~150 examples per verb, no deadline.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from app.config import ExtenderConfiguration
 from app.server import create_app
 from app.service import ExtenderService
 from tests.conftest import (
@@ -65,13 +68,64 @@ def mutate(obj: Any, data: st.DataObject) -> Any:
     return copy
 
 
+QUEUE_LABELS = st.sampled_from(
+    [
+        {"kueue.x-k8s.io/queue-name": "lq"},
+        {"kueue.x-k8s.io/queue-name": "no-such-queue"},
+        {"kai.scheduler/queue": "qa"},
+        {"kai.scheduler/queue": "org"},
+        {"kai.scheduler/queue": "ghost"},
+    ]
+)
+
+
+def queued(request: Any, data: st.DataObject) -> Any:
+    """The captured request with its pod in a queue (half the time), before mutation."""
+    pod = request.get("Pod") if isinstance(request, dict) else None
+    if not isinstance(pod, dict) or data.draw(st.booleans()):
+        return request
+    metadata = {**pod.get("metadata", {}), "labels": data.draw(QUEUE_LABELS)}
+    spec = dict(pod.get("spec", {}))
+    if data.draw(st.booleans()):
+        spec["tolerations"] = [{"key": "spot", "operator": "Exists"}]
+        spec["nodeSelector"] = {"gpu-type": data.draw(st.sampled_from(["h100", "a10"]))}
+    return {**request, "Pod": {**pod, "metadata": metadata, "spec": spec}}
+
+
 def body_for(verb: str, data: st.DataObject) -> bytes:
     kind = data.draw(st.sampled_from(["mutated", "mutated", "json", "bytes"]))
     if kind == "bytes":
         return data.draw(st.binary(max_size=200))
     if kind == "json":
         return json.dumps(data.draw(json_values)).encode()
-    return json.dumps(mutate(data.draw(st.sampled_from(FIXTURES[verb])), data)).encode()
+    return json.dumps(mutate(queued(data.draw(st.sampled_from(FIXTURES[verb])), data), data)).encode()
+
+
+GPU_GROUP = {
+    "coveredResources": ["nvidia.com/gpu"],
+    "flavors": [
+        {"name": "h100", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 2}]},
+        {"name": "spot", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 1}]},
+    ],
+}
+QUEUES = {
+    "resourceFlavors": [
+        {"metadata": {"name": "h100"}, "spec": {"nodeLabels": {"gpu-type": "h100"}}},
+        {
+            "metadata": {"name": "spot"},
+            "spec": {"nodeLabels": {"gpu-type": "a10"}, "nodeTaints": [{"key": "spot", "effect": "NoSchedule"}]},
+        },
+    ],
+    "clusterQueues": [
+        {"metadata": {"name": name}, "spec": {"cohortName": "org", "resourceGroups": [GPU_GROUP]}}
+        for name in ("cq", "other")
+    ],
+    "localQueues": [{"metadata": {"name": "lq", "namespace": "default"}, "spec": {"clusterQueue": "cq"}}],
+    "kaiQueues": [
+        {"metadata": {"name": "org"}, "spec": {"resources": {"gpu": {"quota": 4, "limit": 6}}}},
+        {"metadata": {"name": "qa"}, "spec": {"parentQueue": "org", "resources": {"gpu": {"quota": 2}}}},
+    ],
+}
 
 
 @pytest.fixture(scope="module")
@@ -83,8 +137,14 @@ def target() -> Iterator[tuple[TestClient, ExtenderService]]:
         claim_obj("claim-0"),
     ]
     nodes = [node_obj(f"n{i}", gpus=4 if i < 3 else None) for i in range(1, 5)]
+    nodes[0]["metadata"]["labels"] = {"gpu-type": "h100"}
+    nodes[1]["metadata"]["labels"] = {"gpu-type": "a10"}
     pods = [pod_obj("bound", gpus=1, node="n1", phase="Running")]
-    service = make_service(nodes, pods, config={"dra": {"enabled": True}}, dra=dra)
+    queued_pod = pod_obj("queued", gpus=1, node="n1", phase="Running", priority=-5)
+    queued_pod["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "lq"}
+    plugins = [p.model_dump() for p in ExtenderConfiguration().plugins] + [{"name": "FlavorFairness", "weight": 2}]
+    config = {"dra": {"enabled": True}, "queues": QUEUES, "plugins": plugins}
+    service = make_service(nodes, [*pods, queued_pod], config=config, dra=dra)
     with TestClient(create_app(service)) as client:
         yield client, service
 
