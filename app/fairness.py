@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from app.kai_usage import KaiUsage, kai_amounts
-from app.queues import KAI_QUEUE_LABEL, KUEUE_QUEUE_LABEL, QueueConfig, QueueUsage, queues_view
+from app.queues import KAI_QUEUE_LABEL, KUEUE_QUEUE_LABEL, QueueConfig, QueueUsage, queue_requests, queues_view
 from fairshare.admission import QuotaVerdict, Verdict, check_quota
 from fairshare.flavor import PodPlacement, flavor_fits_pod, node_matches_flavor
 from fairshare.flavor_fairness import NAME as FLAVOR_FAIRNESS
@@ -40,7 +40,7 @@ class QueuedPod:
 
     kind: Literal["kueue", "kai"]
     queue: str
-    requests: Mapping[str, float]  # Kueue: covered resources in Kueue units (cpu in cores)
+    requests: Mapping[str, float]  # Kueue: in Kueue units (cpu in cores); KAI: base units (milli-CPU, bytes)
     covered: tuple[str, ...] = ()
     missing: str = ""
 
@@ -173,12 +173,19 @@ class Fairness:
             cq = config.cluster_queue_for(pod.namespace, labels)
             if cq is None:
                 return QueuedPod("kueue", name, {}, missing=config.why_not_admitting(pod.namespace, labels))
-            requests = {r: (a / 1000.0 if r == "cpu" else float(a)) for r, a in pod.resources.requests.items() if a}
+            raw, why = self._requests(pod)
+            requests = {r: (a / 1000.0 if r == "cpu" else float(a)) for r, a in raw.items() if a}
             covered = tuple(r for r in requests if config.tree.cluster_queues[cq].flavors_for(r))
-            return QueuedPod("kueue", cq, requests, covered)
+            return QueuedPod("kueue", cq, requests, covered, missing=why)
         if KAI_QUEUE_LABEL in labels and self.kai is not None and config.kai_queues:
-            return QueuedPod("kai", labels[KAI_QUEUE_LABEL], {})
+            raw, why = self._requests(pod)
+            return QueuedPod("kai", labels[KAI_QUEUE_LABEL], {r: float(a) for r, a in raw.items()}, missing=why)
         return None
+
+    def _requests(self, pod: PodInfo) -> tuple[dict[str, int], str]:
+        """Container requests plus the devices of mapped DeviceClasses its claims ask for."""
+        claims = self.usage.cache.dra.claims if self.usage.cache is not None else {}
+        return queue_requests(pod, self.config, claims)
 
     def _snapshot_without(self, pod: PodInfo) -> TreeUsage:
         """The usage snapshot; a retried pod must not compete with its own assumption."""
@@ -251,7 +258,7 @@ class Fairness:
             return dict.fromkeys(names, (True, queued.missing))
         if queued.kind == "kai":
             assert self.kai is not None
-            rejection = self.kai.check(pod.uid, queued.queue, pod.resources.requests)
+            rejection = self.kai.check(pod.uid, queued.queue, {r: int(v) for r, v in queued.requests.items()})
             return {} if rejection is None else dict.fromkeys(names, rejection)
         if not queued.covered:
             return {}  # nothing the queue limits: every flavor question is moot
@@ -361,7 +368,7 @@ class Fairness:
         reclaimer = kai.queues.get(queued.queue)
         if reclaimer is None:
             return PreemptChoice("drop", reason=f"KAI queue {queued.queue} does not exist")
-        amounts = kai_amounts(pod.resources.requests)
+        amounts = kai_amounts({r: int(v) for r, v in queued.requests.items()})
         # The preemptor is pending: its request counts in the division even before the watch shows it.
         unseen = not kai.is_pending(pod.uid) and cache is not None and cache.counted(pod.uid) is None
         shares = kai.fair_shares((queued.queue, amounts) if unseen else None)
@@ -389,7 +396,7 @@ class Fairness:
             if can_reclaim and above:
                 kept.append(uid)
                 detail.append({"uid": uid, "queue": victim_queue, "reason": "MaintainFairShare"})
-                for r, v in kai_amounts(counted[1].resources.requests).items():
+                for r, v in kai.amounts(counted[1]).items():
                     left[r] = left.get(r, 0.0) - v
         if not kept and scheduler_victims:
             return PreemptChoice("drop", reason=f"KAI reclaim rules allow none of the victims for queue {queued.queue}")

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from app.queues import KAI_QUEUE_LABEL, QueueConfig
+from app.queues import KAI_QUEUE_LABEL, QueueConfig, queue_requests
 from fairshare.kai import UNLIMITED, KaiQueue, QueueResource, fair_shares
 
 __all__ = ["KaiUsage", "kai_amounts"]
@@ -105,13 +105,18 @@ class KaiUsage:
         if counted is not None:
             queue = self.queue_of(dict(counted[1].queue_labels))
             if queue in self.queues:
-                allocated = (queue, kai_amounts(counted[1].resources.requests))
+                allocated = (queue, self.amounts(counted[1]))
         elif pod is not None and not pod.node_name and not pod.terminal:
             queue = self.queue_of(dict(pod.queue_labels))
             if queue in self.queues:
-                pending = (queue, kai_amounts(pod.resources.requests))
+                pending = (queue, self.amounts(pod))
         self._set(self._allocated_of, self.allocated, uid, allocated)
         self._set(self._pending_of, self.pending, uid, pending)
+
+    def amounts(self, pod: Any) -> Amounts:
+        """A pod's requests in KAI units, devices of mapped DeviceClasses included."""
+        requests, _why = queue_requests(pod, self.config, self.cache.dra.claims)
+        return kai_amounts(requests)
 
     def _set(
         self,

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from allocator.api import ALLOCATION_MODE_EXACT_COUNT, ResourceClaim
 from fairshare.drs import DominantResourceShare, dominant_resource_share
 from fairshare.flavor import ConfigError, ResourceFlavor, node_matches_flavor, parse_resource_flavor
 from fairshare.kai import KaiQueue, parse_kai_queue
@@ -29,13 +30,31 @@ from fairshare.quota import (
     parse_cohort,
     parse_local_queue,
 )
+from scoring.framework import PodInfo
 
-__all__ = ["KAI_QUEUE_LABEL", "KUEUE_QUEUE_LABEL", "QueueConfig", "QueueUsage", "parse_queue_config", "queues_view"]
+__all__ = [
+    "KAI_QUEUE_LABEL",
+    "KUEUE_QUEUE_LABEL",
+    "QueueConfig",
+    "QueueUsage",
+    "parse_queue_config",
+    "queue_requests",
+    "queues_view",
+]
 
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 KAI_QUEUE_LABEL = "kai.scheduler/queue"
 _SECTION_KEYS = frozenset(
-    {"resourceFlavors", "cohorts", "clusterQueues", "localQueues", "kaiQueues", "fairSharing", "watchKueue"}
+    {
+        "resourceFlavors",
+        "cohorts",
+        "clusterQueues",
+        "localQueues",
+        "kaiQueues",
+        "fairSharing",
+        "watchKueue",
+        "deviceClassMappings",
+    }
 )
 _STRATEGY_LISTS = (
     (LESS_THAN_OR_EQUAL_TO_FINAL_SHARE,),
@@ -56,6 +75,8 @@ class QueueConfig:
     watch_kueue: bool = False  # read Kueue's own objects from the API server (app/kueue_watch.py)
     # ClusterQueues that cannot admit (missing flavor, or missing altogether): name -> reason.
     inactive: Mapping[str, str] = field(default_factory=dict)
+    # Kueue's resources.deviceClassMappings: DeviceClass name -> the resource its devices count as.
+    device_classes: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def flavor_label_keys(self) -> tuple[str, ...]:
@@ -168,8 +189,86 @@ def parse_queue_config(raw: Any, *, strict: bool = True) -> QueueConfig:
     if isinstance(k_value, bool) or not isinstance(k_value, int | float):
         raise ConfigError("queues.fairSharing.kValue: must be a number")
     return QueueConfig(
-        flavors, build_tree(cqs, cohorts), local, kai, strategies, pbfs, float(k_value), watch_kueue, inactive
+        flavors,
+        build_tree(cqs, cohorts),
+        local,
+        kai,
+        strategies,
+        pbfs,
+        float(k_value),
+        watch_kueue,
+        inactive,
+        _device_class_mappings(raw.get("deviceClassMappings")),
     )
+
+
+def _device_class_mappings(raw: Any) -> dict[str, str]:
+    """``[{name, deviceClassNames}]`` (Kueue's shape) as DeviceClass -> resource name."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, list):
+        raise ConfigError("queues.deviceClassMappings: must be a list")
+    out: dict[str, str] = {}
+    for i, item in enumerate(raw):
+        path = f"queues.deviceClassMappings[{i}]"
+        if not isinstance(item, Mapping) or not isinstance(item.get("name"), str) or not item["name"]:
+            raise ConfigError(f"{path}.name: required (the resource the devices count as, e.g. nvidia.com/gpu)")
+        classes = item.get("deviceClassNames")
+        if not isinstance(classes, list) or not classes or not all(isinstance(c, str) and c for c in classes):
+            raise ConfigError(f"{path}.deviceClassNames: must be a non-empty list of DeviceClass names")
+        for j, name in enumerate(classes):
+            if name in out:
+                raise ConfigError(f"{path}.deviceClassNames[{j}]: DeviceClass {name} is mapped twice")
+            out[name] = item["name"]
+    return out
+
+
+def queue_requests(
+    pod: PodInfo, config: QueueConfig, claims: Mapping[str, ResourceClaim]
+) -> tuple[dict[str, int], str]:
+    """What a pod asks of its queue: its container requests plus, per Kueue's deviceClassMappings,
+    the devices its ResourceClaims request from a mapped DeviceClass (ExactCount's count, or what
+    was allocated). The second value says why the devices cannot be counted ("" when they can)."""
+    requests = dict(pod.resources.requests)
+    if not config.device_classes or not pod.claims:
+        return requests, ""
+    for ref in pod.claims:
+        claim = claims.get(f"{pod.namespace}/{ref.claim}")
+        if claim is None:
+            continue  # not created yet: the DRA check holds the pod back anyway
+        allocated: dict[str, int] = {}
+        for result in claim.allocation.devices if claim.allocation is not None else ():
+            allocated[result.request] = allocated.get(result.request, 0) + 1
+        for request in claim.devices.requests:
+            if request.exactly is not None:
+                choices = [
+                    (
+                        request.name,
+                        request.exactly.device_class_name,
+                        request.exactly.allocation_mode,
+                        request.exactly.count,
+                    )
+                ]
+            else:  # firstAvailable: the alternative allocated, or else the first (preferred) one
+                choices = [
+                    (f"{request.name}/{sub.name}", sub.device_class_name, sub.allocation_mode, sub.count)
+                    for sub in request.first_available
+                ]
+                chosen = [c for c in choices if c[0] in allocated]
+                choices = chosen or choices[:1]
+            for name, device_class, mode, count in choices:
+                resource = config.device_classes.get(device_class)
+                if resource is None:
+                    continue
+                if name in allocated:
+                    count = allocated[name]
+                elif mode != ALLOCATION_MODE_EXACT_COUNT:
+                    return requests, (
+                        f"ResourceClaim {claim.key} request {name}: allocationMode {mode} of mapped "
+                        f"DeviceClass {device_class} cannot be counted against a queue before allocation"
+                    )
+                requests[resource] = requests.get(resource, 0) + count
+    return requests, ""
 
 
 def _check_kai_tree(queues: tuple[KaiQueue, ...]) -> None:
@@ -215,7 +314,8 @@ class QueueUsage:
         if cq is None or node is None:
             return None, None
         amounts: dict[FlavorResource, float] = {}
-        for resource, amount in pod.resources.requests.items():
+        requests, _why = queue_requests(pod, self.config, self.cache.dra.claims)
+        for resource, amount in requests.items():
             flavor = self.config.flavor_for(cq, resource, node.labels)
             if flavor is not None and amount:
                 amounts[(flavor, resource)] = amount / 1000.0 if resource == "cpu" else float(amount)
