@@ -414,7 +414,9 @@ def queues_view(config: QueueConfig | None, usage: QueueUsage | None = None) -> 
             "parent": node.parent,
             "fairSharingWeight": node.weight,
             "weightedShare": weighted.share,
+            "weightedShareRounded": weighted.rounded,  # what Kueue writes to status.fairSharing.weightedShare
             "unweightedShare": plain.share,
+            "borrowedResources": [{"flavor": f, "resource": r} for f, r in sorted(weighted.borrowed_frs)],
             "dominantResource": weighted.dominant_resource,
             "unweightedDominantResource": plain.dominant_resource,
             "borrowing": weighted.borrowing,
@@ -425,5 +427,12 @@ def queues_view(config: QueueConfig | None, usage: QueueUsage | None = None) -> 
         "preemptionStrategies": list(config.preemption_strategies),
         "priorityBasedFairShare": config.priority_based_fair_share,
         "inactive": dict(config.inactive),
+        "deviceClassMappings": dict(config.device_classes),
+        # Defaults in effect where a field is omitted (KAI's differ from its CRD's zeros on purpose).
+        "defaults": {
+            "fairSharingWeight": 1.0,
+            "resourceWeight": 1.0,
+            "kai": {"limit": -1, "overQuotaWeight": 1.0, "priority": 100},
+        },
         "nodes": nodes,
     }

@@ -548,6 +548,9 @@ def test_metrics_export_each_queues_weighted_share(client_for: Any) -> None:
     )
     assert float(line.split()[-1]) == pytest.approx(4000 / 76)
     assert 'kube_gpu_extender_queue_weighted_share{queue="cq/team-b"} 0.0' in text
+    team_a = client_for(service).get("/debug/queues").json()["nodes"]["cq/team-a"]
+    assert team_a["weightedShareRounded"] == 53  # ceil(52.6), Kueue's status value
+    assert team_a["borrowedResources"] == [{"flavor": "a10-spot", "resource": GPU}]
 
 
 def test_kai_preempt_keeps_only_victims_the_reclaim_rules_allow() -> None:
