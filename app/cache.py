@@ -133,9 +133,8 @@ class ClusterCache:
             self.on_node(node.name, node.labels)
         if previous is not None and previous.labels != node.labels and self.on_count is not None:
             # The node's flavor may have changed: its pods count against other (flavor, resource)s.
-            for uid, entry in self.counted_items():
-                if entry[0] == node.name:
-                    self.on_count(uid, entry)
+            for uid, entry in self.counted_on(node.name):
+                self.on_count(uid, entry)
 
     def delete_node(self, name: str) -> None:
         self.nodes.pop(name, None)

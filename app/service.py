@@ -321,15 +321,14 @@ class ExtenderService:
         dropped: dict[str, str] = {}
         fairness = self.fairness
         for node_name, victims in args.victims.items():
-            entry = {"Pods": [{"UID": uid} for uid in victims.uids], "NumPDBViolations": victims.num_pdb_violations}
+            uids = victims.uids
             if not_ready:
-                result[node_name] = entry  # cannot judge: leave the scheduler's choice untouched
+                result[node_name] = _meta_victims(uids, victims.num_pdb_violations)  # cannot judge: unchanged
                 continue
             node = self.cache.node_info(node_name)
             if node is None:
                 dropped[node_name] = REASON_NODE_NOT_IN_CACHE
                 continue
-            uids = victims.uids
             choice = fairness.preempt_choice(pod, node_name, uids) if fairness is not None else None
             if fairness is not None and choice is not None:
                 fairness.record_preempt(pod, node_name, choice)
@@ -337,9 +336,7 @@ class ExtenderService:
                     dropped[node_name] = choice.reason
                     continue
                 if choice.action == "replace":
-                    # Queue victims instead of the scheduler's; its PDB count is kept (we do not see PDBs).
-                    uids = list(choice.victims)
-                    entry = {"Pods": [{"UID": uid} for uid in uids], "NumPDBViolations": victims.num_pdb_violations}
+                    uids = list(choice.victims)  # the scheduler's PDB count is kept: we do not see PDBs
             requested = dict(node.requested)
             for uid in {*uids, pod.uid}:  # the preemptor too, if already assumed there
                 counted = self.cache.counted(uid)
@@ -349,7 +346,7 @@ class ExtenderService:
                     requested[resource] = requested.get(resource, 0) - amount
             status = self.fit.fits(pod, node.allocatable, requested)
             if status.passed:
-                result[node_name] = entry
+                result[node_name] = _meta_victims(uids, victims.num_pdb_violations)
             elif choice is not None and choice.action == "replace":
                 dropped[node_name] = f"the queue victims do not free enough of the node: {status.reason}"
             else:
@@ -472,6 +469,11 @@ class ExtenderService:
                 entry["fairness"] = fairness[verdict.name]
             nodes.append(entry)
         return {"pod": pod.key, "notReady": self.not_ready_reason(), "nodes": nodes}
+
+
+def _meta_victims(uids: list[str], pdb_violations: int) -> dict[str, Any]:
+    """One node's ``MetaVictims``: the victims by UID."""
+    return {"Pods": [{"UID": uid} for uid in uids], "NumPDBViolations": pdb_violations}
 
 
 def _without(node: NodeInfo, pod: PodInfo) -> NodeInfo:
