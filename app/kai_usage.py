@@ -231,7 +231,11 @@ class KaiUsage:
                 allocated[resource] = allocated.get(resource, 0.0) - value
         for name in self.ancestors(queue):
             spec = queues[name].resources
-            used = allocated if name == queue else self._allocated_subtree(name)
+            used = allocated
+            if name != queue:
+                used = self._allocated_subtree(name)
+                for resource, value in own[1].items() if own is not None and own[0] == queue else ():
+                    used[resource] = used.get(resource, 0.0) - value
             for resource, value in amounts.items():
                 limit = spec[resource].limit if resource in spec else UNLIMITED
                 if limit != UNLIMITED and used.get(resource, 0.0) + value > limit + _EPSILON:
