@@ -4,21 +4,14 @@ write order (finalizer, status, Binding) and its rollback."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterator
-from typing import Any
+from collections.abc import Awaitable, Callable
 
 import pytest
 
-from app.binding import FINALIZER, ApiBinder, ApiClaimWriter
-from app.cache import ClusterCache
-from app.config import parse_config
+from app.binding import FINALIZER, ApiClaimWriter
 from app.dynamicresources import ClaimWriteError
-from app.kube import KubeClient
-from app.metrics import Metrics
-from app.reflector import DRA_RESOURCES, Reflector, node_resource, pod_resource
-from app.runtime import readiness
-from app.service import ExtenderService
-from tests.app.test_reflector import eventually
+from tests.app.apiharness import Harness, eventually
+from tests.app.apiharness import run as run_harness
 from tests.conftest import (
     bind_body,
     claim_obj,
@@ -32,51 +25,7 @@ from tests.conftest import (
 )
 from tests.fakeapi import FakeAPIServer
 
-SOURCES = ("nodes", "pods", "deviceclasses", "resourceclaims", "resourceslices")
 CLAIMS = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims"
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeAPIServer]:
-    with FakeAPIServer() as server:
-        yield server
-
-
-class Harness:
-    def __init__(self, fake: FakeAPIServer) -> None:
-        self.fake = fake
-        self.cache = ClusterCache()
-        self.metrics = Metrics()
-        self.client = KubeClient(fake.url, timeout=5.0)
-        self.reflectors = [
-            Reflector(self.client, self.cache, r, self.metrics, initial_backoff=0.02, max_backoff=0.2)
-            for r in (node_resource, pod_resource, *DRA_RESOURCES)
-        ]
-        self.service = ExtenderService(
-            parse_config({}),
-            self.cache,
-            ApiBinder(self.client),
-            self.metrics,
-            readiness=lambda: readiness(self.cache, SOURCES, 30.0),
-            claim_writer=ApiClaimWriter(self.client),
-        )
-
-    def claim(self, name: str) -> dict[str, Any]:
-        obj = self.fake.get("ResourceClaim", name, "default")
-        assert obj is not None
-        return obj
-
-    async def run(self, body: Callable[[Harness], Awaitable[None]]) -> None:
-        tasks = [asyncio.create_task(r.run()) for r in self.reflectors]
-        try:
-            await eventually(lambda: self.service.not_ready_reason() == "", "initial sync")
-            await body(self)
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            await self.client.close()
-        self.cache.check_invariants()
 
 
 def setup_cluster(fake: FakeAPIServer, *claims: str) -> None:
@@ -88,9 +37,8 @@ def setup_cluster(fake: FakeAPIServer, *claims: str) -> None:
 
 
 def run(fake: FakeAPIServer, body: Callable[[Harness], Awaitable[None]]) -> Harness:
-    harness = Harness(fake)
-    asyncio.run(harness.run(body))
-    return harness
+    """The harness, with ``body`` starting after the initial sync."""
+    return run_harness(fake, body, synced=True)
 
 
 def test_bind_writes_finalizer_then_status_then_binding(fake: FakeAPIServer) -> None:

@@ -9,22 +9,12 @@ happened meanwhile.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
-import httpx
 import pytest
 
-from app.binding import FINALIZER, ApiBinder, ApiClaimWriter
-from app.cache import ClusterCache
-from app.config import parse_config
-from app.kube import KubeClient
-from app.metrics import Metrics
-from app.reflector import DRA_RESOURCES, Reflector, node_resource, pod_resource
-from app.runtime import readiness
-from app.server import create_app
-from app.service import ExtenderService
-from tests.app.test_reflector import eventually
+from app.binding import FINALIZER
+from tests.app.apiharness import GPU, SOURCES, Harness, eventually, run
 from tests.conftest import (
     bind_body,
     claim_obj,
@@ -37,118 +27,6 @@ from tests.conftest import (
     with_claims,
 )
 from tests.fakeapi import FakeAPIServer
-
-SOURCES = ("nodes", "pods", "deviceclasses", "resourceclaims", "resourceslices")
-GPU = "nvidia.com/gpu"
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeAPIServer]:
-    with FakeAPIServer() as server:
-        yield server
-
-
-def server_state(fake: FakeAPIServer) -> dict[str, set[tuple[str, ...]]]:
-    """What the cache must hold, read from the fake's store (terminal pods leave the field selector)."""
-    with fake._lock:
-        objects = list(fake._objects.values())
-    state: dict[str, set[tuple[str, ...]]] = {"pods": set(), "nodes": set(), "claims": set(), "slices": set()}
-    for obj in objects:
-        meta = obj["metadata"]
-        if obj["kind"] == "Pod" and (obj.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
-            state["pods"].add((meta["uid"], (obj.get("spec") or {}).get("nodeName") or ""))
-        elif obj["kind"] == "Node":
-            state["nodes"].add((meta["name"], meta["resourceVersion"]))
-        elif obj["kind"] == "ResourceClaim":
-            state["claims"].add((f"{meta['namespace']}/{meta['name']}", meta["uid"], meta["resourceVersion"]))
-        elif obj["kind"] == "ResourceSlice":
-            state["slices"].add((meta["name"], meta["resourceVersion"]))
-    return state
-
-
-def server_gpus(fake: FakeAPIServer) -> dict[str, int]:
-    """GPUs requested per node by the server's bound, non-terminal pods (recomputed from the objects)."""
-    used: dict[str, int] = {}
-    with fake._lock:
-        objects = list(fake._objects.values())
-    for obj in objects:
-        node = (obj.get("spec") or {}).get("nodeName")
-        if obj["kind"] != "Pod" or not node or (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-            continue
-        for container in obj["spec"]["containers"]:
-            used[node] = used.get(node, 0) + int(container["resources"]["requests"].get(GPU, 0))
-    return {node: gpus for node, gpus in used.items() if gpus}
-
-
-def cache_state(cache: ClusterCache) -> dict[str, set[tuple[str, ...]]]:
-    return {
-        "pods": {(p.uid, p.node_name) for p in cache.pods.values()},
-        "nodes": {(n.name, n.resource_version) for n in cache.nodes.values()},
-        "claims": {(c.key, c.uid, c.resource_version) for c in cache.dra.claims.values()},
-        "slices": {(s.name, s.resource_version) for s in cache.dra.slices},
-    }
-
-
-class Harness:
-    def __init__(self, fake: FakeAPIServer, *, timeout: float = 5.0, stale_after: float = 30.0) -> None:
-        self.fake = fake
-        self.cache = ClusterCache()
-        self.metrics = Metrics()
-        self.client = KubeClient(fake.url, timeout=timeout)
-        self.reflectors = [
-            Reflector(self.client, self.cache, r, self.metrics, initial_backoff=0.02, max_backoff=0.2)
-            for r in (node_resource, pod_resource, *DRA_RESOURCES)
-        ]
-        self.service = ExtenderService(
-            parse_config({}),
-            self.cache,
-            ApiBinder(self.client),
-            self.metrics,
-            readiness=lambda: readiness(self.cache, SOURCES, stale_after),
-            claim_writer=ApiClaimWriter(self.client),
-        )
-        # The real operator endpoints, in this event loop (no lifespan: the test runs the reflectors).
-        self.http = httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(self.service)), base_url="http://x")
-
-    def exact(self) -> bool:
-        """The cache holds exactly the server's objects, and counts exactly the server's GPUs per node."""
-        if cache_state(self.cache) != server_state(self.fake):
-            return False
-        counted = {n: self.cache.usage(n).requested.get(GPU, 0) for n in self.cache.nodes}
-        return {n: g for n, g in counted.items() if g} == server_gpus(self.fake)
-
-    async def settled(self, what: str) -> None:
-        # Deadlines, not sleeps: generous, so a CI machine busy with other work does not fail them.
-        await eventually(self.exact, what, timeout=15)
-        await eventually(lambda: not self.cache.ledger, f"{what}: the watch confirmed every assumption", timeout=15)
-        self.cache.check_invariants()
-
-    async def readyz(self) -> tuple[int, dict[str, Any]]:
-        response = await self.http.get("/readyz")
-        return response.status_code, response.json()
-
-    async def sources(self) -> dict[str, dict[str, Any]]:
-        response = await self.http.get("/debug", params={"nodes": "false", "decisions": "0"})
-        assert response.status_code == 200
-        return response.json()["cache"]["sources"]  # type: ignore[no-any-return]
-
-    async def run(self, body: Callable[[Harness], Awaitable[None]]) -> None:
-        tasks = [asyncio.create_task(r.run()) for r in self.reflectors]
-        try:
-            await body(self)
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            await self.client.close()
-            await self.http.aclose()
-        self.cache.check_invariants()
-
-
-def run(fake: FakeAPIServer, body: Callable[[Harness], Awaitable[None]], **options: Any) -> Harness:
-    harness = Harness(fake, **options)
-    asyncio.run(harness.run(body))
-    return harness
 
 
 def populate(fake: FakeAPIServer) -> dict[str, Any]:

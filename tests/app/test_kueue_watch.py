@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ from app.queues import KUEUE_QUEUE_LABEL, QueueUsage, parse_queue_config
 from app.runtime import Runtime, build_cluster_runtime, build_snapshot_runtime
 from app.server import create_app
 from fairshare.quota import LocalQueue
-from tests.app.test_reflector import eventually
+from tests.app.apiharness import eventually
 from tests.conftest import node_obj, pod_obj
 from tests.fakeapi import FakeAPIServer
 
@@ -341,12 +341,6 @@ def run(runtime: Runtime, body: Callable[[httpx.AsyncClient], Awaitable[None]]) 
             await runtime.client.close()
 
     asyncio.run(main())
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeAPIServer]:
-    with FakeAPIServer() as server:
-        yield server
 
 
 def test_watch_lists_modifies_rejects_and_deletes(fake: FakeAPIServer, tmp_path: Path) -> None:

@@ -3,83 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-import pytest
-
-from app.binding import ApiBinder
 from app.cache import ClusterCache
-from app.config import parse_config
-from app.kube import KubeClient
-from app.metrics import Metrics
-from app.reflector import Reflector, node_resource, pod_resource
 from app.runtime import readiness
-from app.service import ExtenderService
+from tests.app.apiharness import Harness, eventually
+from tests.app.apiharness import run as run_harness
 from tests.conftest import bind_body, filter_body, node_obj, pod_obj
 from tests.fakeapi import FakeAPIServer
 
 
-@pytest.fixture
-def fake() -> Iterator[FakeAPIServer]:
-    with FakeAPIServer() as server:
-        yield server
-
-
-async def eventually(condition: Callable[[], bool], what: str, timeout: float = 5.0) -> None:
-    """Wait for a condition with a deadline (a condition check, not a sleep standing in for sync)."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for: {what}")
-        await asyncio.sleep(0.01)
-
-
-class Harness:
-    def __init__(self, fake: FakeAPIServer) -> None:
-        self.fake = fake
-        self.cache = ClusterCache()
-        self.metrics = Metrics()
-        self.client = KubeClient(fake.url, timeout=5.0)
-        self.reflectors = [
-            Reflector(self.client, self.cache, r, self.metrics, initial_backoff=0.02, max_backoff=0.2)
-            for r in (node_resource, pod_resource)
-        ]
-        self.service = ExtenderService(
-            parse_config({}),
-            self.cache,
-            ApiBinder(self.client),
-            self.metrics,
-            readiness=lambda: readiness(self.cache, ("nodes", "pods"), 30.0),
-        )
-
-    def server_pods(self) -> set[str]:
-        """UIDs of non-terminal pods the API server holds (what the cache must hold)."""
-        pods = [self.fake.get("Pod", n, ns) for (kind, ns, n) in list(self.fake._objects) if kind == "Pod"]
-        return {
-            p["metadata"]["uid"] for p in pods if p and p.get("status", {}).get("phase") not in ("Succeeded", "Failed")
-        }
-
-    def consistent(self) -> bool:
-        return set(self.cache.pods) == self.server_pods()
-
-    async def run(self, body: Callable[[Harness], Awaitable[None]]) -> None:
-        tasks = [asyncio.create_task(r.run()) for r in self.reflectors]
-        try:
-            await body(self)
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            await self.client.close()
-        self.cache.check_invariants()
-
-
 def run(fake: FakeAPIServer, body: Callable[[Harness], Awaitable[None]]) -> Harness:
-    harness = Harness(fake)
-    asyncio.run(harness.run(body))
-    return harness
+    """The harness with node and pod watches only."""
+    return run_harness(fake, body, dra=False)
 
 
 def test_initial_sync_and_live_events(fake: FakeAPIServer) -> None:

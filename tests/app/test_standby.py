@@ -6,13 +6,9 @@ device the leader allocated is not given out again."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-
-import pytest
 
 from app.reflector import Reflector
-from tests.app.test_faults import SOURCES, Harness, server_gpus
-from tests.app.test_reflector import eventually
+from tests.app.apiharness import SOURCES, Harness, eventually, server_gpus
 from tests.conftest import (
     bind_body,
     claim_obj,
@@ -25,24 +21,6 @@ from tests.conftest import (
     with_claims,
 )
 from tests.fakeapi import FakeAPIServer
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeAPIServer]:
-    with FakeAPIServer() as server:
-        yield server
-
-
-def start(h: Harness) -> list[asyncio.Task[None]]:
-    return [asyncio.create_task(r.run()) for r in h.reflectors]
-
-
-async def stop(h: Harness, tasks: list[asyncio.Task[None]]) -> None:
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
-    await h.client.close()
-    await h.http.aclose()
 
 
 def relists(reflectors: list[Reflector]) -> dict[str, int]:
@@ -64,7 +42,7 @@ def test_standby_takes_over_with_a_warm_cache(fake: FakeAPIServer) -> None:
 
     async def body() -> None:
         leader, standby = Harness(fake), Harness(fake)
-        leader_tasks, standby_tasks = start(leader), start(standby)
+        leader_tasks, standby_tasks = leader.start(), standby.start()
         try:
             await eventually(lambda: leader.exact() and standby.exact(), "both caches synced")
             # The leader schedules: big fills g1, dra1 takes one of d1's two devices.
@@ -75,7 +53,7 @@ def test_standby_takes_over_with_a_warm_cache(fake: FakeAPIServer) -> None:
             taken = fake.get("ResourceClaim", "c1", "default")["status"]["allocation"]["devices"]["results"]  # type: ignore[index]
             assert [r["device"] for r in taken] == ["gpu-0"]  # d1's first device, in published order
         finally:
-            await stop(leader, leader_tasks)  # the leader is gone (lease lost, node down)
+            await leader.stop(leader_tasks)  # the leader is gone (lease lost, node down)
         try:
             # The standby's watches delivered the leader's writes; it never relisted for it.
             await eventually(standby.exact, "standby caught up through its watches")
@@ -94,7 +72,7 @@ def test_standby_takes_over_with_a_warm_cache(fake: FakeAPIServer) -> None:
             await standby.settled("the standby's own binds confirmed")
             assert server_gpus(fake) == {"g1": 4, "g2": 1}
         finally:
-            await stop(standby, standby_tasks)
+            await standby.stop(standby_tasks)
         standby.cache.check_invariants()
 
     asyncio.run(body())
