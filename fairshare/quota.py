@@ -370,12 +370,8 @@ def _resource_groups(raw: object, path: str, has_cohort: bool) -> tuple[Resource
     return tuple(groups)
 
 
-_RECLAIM = ("Never", "LowerPriority", "Any")
-_WITHIN = ("Never", "LowerPriority", "LowerOrNewerEqualPriority")
-
-
-def parse_cluster_queue(raw: object, path: str) -> ClusterQueue:
-    """A Kueue ClusterQueue (``metadata.name`` + ``spec``, or flat)."""
+def _object(raw: object, path: str) -> tuple[str, Mapping[str, Any], str]:
+    """(name, spec, the spec's field path) of a CRD-shaped object: ``metadata.name`` + ``spec``, or flat."""
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{path}: must be an object")
     name = _name(raw, path)
@@ -383,6 +379,16 @@ def parse_cluster_queue(raw: object, path: str) -> ClusterQueue:
     spath = f"{path}.spec" if "spec" in raw else path
     if not isinstance(spec, Mapping):
         raise ConfigError(f"{spath}: must be an object")
+    return name, spec, spath
+
+
+_RECLAIM = ("Never", "LowerPriority", "Any")
+_WITHIN = ("Never", "LowerPriority", "LowerOrNewerEqualPriority")
+
+
+def parse_cluster_queue(raw: object, path: str) -> ClusterQueue:
+    """A Kueue ClusterQueue (``metadata.name`` + ``spec``, or flat)."""
+    name, spec, spath = _object(raw, path)
     cohort = spec.get("cohortName", spec.get("cohort"))
     if cohort is not None and not isinstance(cohort, str):
         raise ConfigError(f"{spath}.cohortName: must be a string")
@@ -406,13 +412,8 @@ def parse_cluster_queue(raw: object, path: str) -> ClusterQueue:
 
 
 def parse_cohort(raw: object, path: str) -> Cohort:
-    if not isinstance(raw, Mapping):
-        raise ConfigError(f"{path}: must be an object")
-    name = _name(raw, path)
-    spec = raw.get("spec", raw)
-    spath = f"{path}.spec" if "spec" in raw else path
-    if not isinstance(spec, Mapping):
-        raise ConfigError(f"{spath}: must be an object")
+    """A Kueue Cohort (v1beta2: ``spec.parentName``, own ``resourceGroups`` and ``fairSharing``)."""
+    name, spec, spath = _object(raw, path)
     parent = spec.get("parentName")
     if parent is not None and not isinstance(parent, str):
         raise ConfigError(f"{spath}.parentName: must be a string")
