@@ -28,7 +28,6 @@ import csv
 import json
 import os
 import random
-import signal
 import socket
 import subprocess
 import sys
@@ -41,6 +40,7 @@ from typing import Any
 import httpx
 
 from bench.cluster import PENDING_KINDS, iter_cluster, pending_pod
+from bench.latency import stop_process
 from tests.fakeapi import FakeAPIServer
 
 __all__ = ["main"]
@@ -145,16 +145,6 @@ def audit(fake: FakeAPIServer) -> list[str]:
     return [f"{n}: {u} > {allocatable.get(n, 0)}" for n, u in used.items() if u > allocatable.get(n, 0)]
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=5000)
@@ -221,7 +211,7 @@ def main() -> None:
                 time.sleep(0.2)
         finally:
             churn.stopping.set()
-            _stop(extender)
+            stop_process(extender)
 
         print(f"locust ran {ran:.0f}s, exit code {code} (1 means some requests failed); logs in {work}")
         # locust's final summary (its CSV files are written periodically and can miss the last seconds).

@@ -23,6 +23,7 @@ __all__ = [
     "ResourceFlavor",
     "Taint",
     "Toleration",
+    "crd_object",
     "flavor_fits_pod",
     "node_matches_flavor",
     "parse_resource_flavor",
@@ -199,6 +200,22 @@ def _weights(raw: Any, path: str, quantities: bool) -> dict[str, float]:
     return out
 
 
+def crd_object(raw: Any, path: str) -> tuple[str, Mapping[str, Any], str]:
+    """(name, spec, the spec's field path) of a CRD-shaped object: ``metadata.name`` + ``spec``, or flat
+    (``name`` and the spec's fields at the top). Every queue parser reads its objects through this."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{path}: must be an object")
+    meta = raw.get("metadata")
+    name = (meta.get("name") if isinstance(meta, Mapping) else None) or raw.get("name")
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"{path}.metadata.name: required")
+    spec = raw.get("spec", raw)
+    spath = f"{path}.spec" if "spec" in raw else path
+    if not isinstance(spec, Mapping):
+        raise ConfigError(f"{spath}: must be an object")
+    return name, spec, spath
+
+
 def parse_toleration(raw: Any, path: str) -> Toleration:
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{path}: must be an object")
@@ -217,17 +234,7 @@ def parse_toleration(raw: Any, path: str) -> Toleration:
 
 def parse_resource_flavor(raw: Any, path: str) -> ResourceFlavor:
     """Parse a ResourceFlavor object (``metadata.name`` or ``name``, and ``spec`` or flat fields)."""
-    if not isinstance(raw, Mapping):
-        raise ConfigError(f"{path}: must be an object")
-    meta = raw.get("metadata") or {}
-    name = meta.get("name") if isinstance(meta, Mapping) else None
-    name = name or raw.get("name")
-    if not isinstance(name, str) or not name:
-        raise ConfigError(f"{path}.metadata.name: required")
-    spec = raw.get("spec", raw)
-    spath = f"{path}.spec" if "spec" in raw else path
-    if not isinstance(spec, Mapping):
-        raise ConfigError(f"{spath}: must be an object")
+    name, spec, spath = crd_object(raw, path)
     taints: list[Taint] = []
     for i, t in enumerate(_list(spec.get("nodeTaints"), f"{spath}.nodeTaints")):
         tpath = f"{spath}.nodeTaints[{i}]"

@@ -16,7 +16,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from fairshare.flavor import ConfigError
+from fairshare.flavor import ConfigError, crd_object
 
 __all__ = ["DEFAULT_PRIORITY", "UNLIMITED", "KaiQueue", "QueueResource", "divide", "fair_shares", "parse_kai_queue"]
 
@@ -211,16 +211,7 @@ def fair_shares(
 def parse_kai_queue(raw: object, path: str, *, creation: float = 0.0) -> KaiQueue:
     """A KAI Queue (``scheduling.run.ai/v2`` shape). Unlike the CRD, omitted fields take the
     quickstart's values (limit -1, overQuotaWeight 1, priority 100), which the docs state."""
-    if not isinstance(raw, Mapping):
-        raise ConfigError(f"{path}: must be an object")
-    meta = raw.get("metadata")
-    name = meta.get("name") if isinstance(meta, Mapping) else raw.get("name")
-    if not isinstance(name, str) or not name:
-        raise ConfigError(f"{path}.metadata.name: required")
-    spec = raw.get("spec", raw)
-    spath = f"{path}.spec" if "spec" in raw else path
-    if not isinstance(spec, Mapping):
-        raise ConfigError(f"{spath}: must be an object")
+    name, spec, spath = crd_object(raw, path)
     priority = spec.get("priority", DEFAULT_PRIORITY)
     if isinstance(priority, bool) or not isinstance(priority, int):
         raise ConfigError(f"{spath}.priority: must be an integer")

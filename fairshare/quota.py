@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from fairshare.flavor import ConfigError
+from fairshare.flavor import ConfigError, crd_object
 from scoring.quantity import QuantityError, parse_quantity
 
 __all__ = [
@@ -295,14 +295,6 @@ def _number(raw: object, path: str, *, minimum: float = 0.0) -> float:
     return value
 
 
-def _name(raw: Mapping[str, Any], path: str) -> str:
-    meta = raw.get("metadata")
-    name = meta.get("name") if isinstance(meta, Mapping) else raw.get("name")
-    if not isinstance(name, str) or not name:
-        raise ConfigError(f"{path}.metadata.name: required")
-    return name
-
-
 def _weight(spec: Mapping[str, Any], path: str) -> float:
     fs = spec.get("fairSharing")
     if fs is None:
@@ -370,25 +362,13 @@ def _resource_groups(raw: object, path: str, has_cohort: bool) -> tuple[Resource
     return tuple(groups)
 
 
-def _object(raw: object, path: str) -> tuple[str, Mapping[str, Any], str]:
-    """(name, spec, the spec's field path) of a CRD-shaped object: ``metadata.name`` + ``spec``, or flat."""
-    if not isinstance(raw, Mapping):
-        raise ConfigError(f"{path}: must be an object")
-    name = _name(raw, path)
-    spec = raw.get("spec", raw)
-    spath = f"{path}.spec" if "spec" in raw else path
-    if not isinstance(spec, Mapping):
-        raise ConfigError(f"{spath}: must be an object")
-    return name, spec, spath
-
-
 _RECLAIM = ("Never", "LowerPriority", "Any")
 _WITHIN = ("Never", "LowerPriority", "LowerOrNewerEqualPriority")
 
 
 def parse_cluster_queue(raw: object, path: str) -> ClusterQueue:
     """A Kueue ClusterQueue (``metadata.name`` + ``spec``, or flat)."""
-    name, spec, spath = _object(raw, path)
+    name, spec, spath = crd_object(raw, path)
     cohort = spec.get("cohortName", spec.get("cohort"))
     if cohort is not None and not isinstance(cohort, str):
         raise ConfigError(f"{spath}.cohortName: must be a string")
@@ -413,7 +393,7 @@ def parse_cluster_queue(raw: object, path: str) -> ClusterQueue:
 
 def parse_cohort(raw: object, path: str) -> Cohort:
     """A Kueue Cohort (v1beta2: ``spec.parentName``, own ``resourceGroups`` and ``fairSharing``)."""
-    name, spec, spath = _object(raw, path)
+    name, spec, spath = crd_object(raw, path)
     parent = spec.get("parentName")
     if parent is not None and not isinstance(parent, str):
         raise ConfigError(f"{spath}.parentName: must be a string")
@@ -426,15 +406,14 @@ def parse_cohort(raw: object, path: str) -> Cohort:
 
 
 def parse_local_queue(raw: object, path: str) -> LocalQueue:
-    if not isinstance(raw, Mapping):
-        raise ConfigError(f"{path}: must be an object")
-    name = _name(raw, path)
+    """A Kueue LocalQueue: a namespaced name pointing to ``spec.clusterQueue``."""
+    name, spec, spath = crd_object(raw, path)
+    assert isinstance(raw, Mapping)  # crd_object checked it
     meta = raw.get("metadata")
     namespace = (meta.get("namespace") if isinstance(meta, Mapping) else None) or raw.get("namespace")
     if not isinstance(namespace, str) or not namespace:
         raise ConfigError(f"{path}.metadata.namespace: required")
-    spec = raw.get("spec", raw)
-    cq = spec.get("clusterQueue") if isinstance(spec, Mapping) else None
+    cq = spec.get("clusterQueue")
     if not isinstance(cq, str) or not cq:
-        raise ConfigError(f"{path}.spec.clusterQueue: required")
+        raise ConfigError(f"{spath}.clusterQueue: required")
     return LocalQueue(namespace, name, cq)
