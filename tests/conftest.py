@@ -29,6 +29,19 @@ def node_obj(name: str, cpu: str = "32", memory: str = "128Gi", gpus: int | None
     return {"kind": "Node", "metadata": {"name": name}, "status": {"allocatable": allocatable}}
 
 
+def labelled(name: str, labels: dict[str, str], gpus: int | None = 8) -> dict[str, Any]:
+    """A node carrying ``labels`` (flavors are matched on node labels)."""
+    node = node_obj(name, gpus=gpus)
+    node["metadata"]["labels"] = labels
+    return node
+
+
+def in_queue(pod: dict[str, Any], queue: str, label: str = "kueue.x-k8s.io/queue-name") -> dict[str, Any]:
+    """``pod`` labelled for a Kueue LocalQueue (or, with ``label="kai.scheduler/queue"``, a KAI queue)."""
+    pod["metadata"].setdefault("labels", {})[label] = queue
+    return pod
+
+
 def pod_obj(
     name: str,
     *,

@@ -13,7 +13,7 @@ import yaml
 
 from app.config import ConfigError, ExtenderConfiguration, parse_config
 from app.objects import node_from_obj, pod_from_obj
-from app.queues import KAI_QUEUE_LABEL, KUEUE_QUEUE_LABEL
+from app.queues import KAI_QUEUE_LABEL
 from tests.conftest import (
     DRIVER,
     bind_body,
@@ -21,6 +21,8 @@ from tests.conftest import (
     device_class_obj,
     filter_body,
     gpu_device,
+    in_queue,
+    labelled,
     make_service,
     node_obj,
     pod_obj,
@@ -30,17 +32,6 @@ from tests.conftest import (
 
 GPU = "nvidia.com/gpu"
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "fairshare.yaml"
-
-
-def labelled(name: str, labels: dict[str, str], gpus: int = 8) -> dict[str, Any]:
-    node = node_obj(name, gpus=gpus)
-    node["metadata"]["labels"] = labels
-    return node
-
-
-def in_queue(pod: dict[str, Any], queue: str, label: str = KUEUE_QUEUE_LABEL) -> dict[str, Any]:
-    pod["metadata"].setdefault("labels", {})[label] = queue
-    return pod
 
 
 def story1(**extra: Any) -> dict[str, Any]:

@@ -107,20 +107,12 @@ def test_queues_view_with_usage() -> None:
 
 def test_cache_feeds_queue_usage_incrementally(client_for: Any) -> None:
     from app.objects import pod_from_obj
-    from tests.conftest import make_service, node_obj, pod_obj
-
-    def labelled(node: dict[str, Any], labels: dict[str, str]) -> dict[str, Any]:
-        node["metadata"]["labels"] = labels
-        return node
+    from tests.conftest import in_queue, labelled, make_service, pod_obj
 
     def queued(pod: dict[str, Any]) -> dict[str, Any]:
-        pod["metadata"].setdefault("labels", {})[KUEUE_QUEUE_LABEL] = "training"
-        return pod
+        return in_queue(pod, "training")
 
-    nodes = [
-        labelled(node_obj("spot-1", gpus=8), {"gpu-type": "a10", "lifecycle": "spot"}),
-        labelled(node_obj("h100-1", gpus=8), {"gpu-type": "h100"}),
-    ]
+    nodes = [labelled("spot-1", {"gpu-type": "a10", "lifecycle": "spot"}), labelled("h100-1", {"gpu-type": "h100"})]
     pods = [
         queued(pod_obj("a1", gpus=4, node="spot-1", namespace="team-a", uid="a1", phase="Running")),
         queued(pod_obj("a2", gpus=2, node="spot-1", namespace="team-a", uid="a2", phase="Running")),
@@ -153,16 +145,10 @@ def test_cache_feeds_queue_usage_incrementally(client_for: Any) -> None:
 def test_story1_filter_end_to_end(client_for: Any) -> None:
     """Story 1 through /filter and /bind. Hand-derived from examples/fairshare.yaml: team-a may use 8
     h100 (its 4 + team-b's 4) and 12 a10 (team-b lends 12 of 16); quota and flavor rejections carry reasons."""
-    from tests.conftest import bind_body, filter_body, make_service, node_obj, pod_obj
-
-    def labelled(name: str, labels: dict[str, str], gpus: int = 8) -> dict[str, Any]:
-        node = node_obj(name, gpus=gpus)
-        node["metadata"]["labels"] = labels
-        return node
+    from tests.conftest import bind_body, filter_body, in_queue, labelled, make_service, pod_obj
 
     def queued(pod: dict[str, Any]) -> dict[str, Any]:
-        pod["metadata"].setdefault("labels", {})[KUEUE_QUEUE_LABEL] = "training"
-        return pod
+        return in_queue(pod, "training")
 
     nodes = [
         labelled("spot-1", {"gpu-type": "a10", "lifecycle": "spot"}),
