@@ -14,6 +14,7 @@ from app.queues import QueueConfig, parse_queue_config
 from app.tls import check_readable, check_tls_files
 from scoring.framework import ArgsError, ScorePlugin
 from scoring.managed_fit import ManagedResourcesFit
+from scoring.priority_scale import CANDIDATES, PriorityScale
 from scoring.profile import Profile, ScorePluginSpec, build_score_plugin
 
 __all__ = ["API_VERSION", "KIND", "ConfigError", "ExtenderConfiguration", "PluginConfig", "load_config", "parse_config"]
@@ -145,6 +146,12 @@ class ExtenderConfiguration(_Strict):
     kind: Literal["ExtenderConfiguration"] = KIND
     managedResources: list[str | ManagedResource] = Field(default_factory=lambda: ["nvidia.com/gpu"])
     plugins: list[PluginConfig] = Field(default_factory=_default_plugins)
+    priorityScale: PriorityScale = Field(
+        CANDIDATES,
+        description="How the profile's 0..100 node scores become /prioritize's 0..10: Candidates (relative to the "
+        "nodes of the request: the best gets 10, every other node at most 9) or Absolute (each node alone, "
+        "rounded to the nearest ten). See scoring/priority_scale.py.",
+    )
     cache: CacheConfig = Field(default_factory=CacheConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
     dra: DraConfig = Field(default_factory=DraConfig)

@@ -27,6 +27,7 @@ from app.fairness import Fairness, FlavorFairness
 from app.metrics import Metrics
 from app.objects import ObjectError, pod_from_obj, pod_placement
 from app.queues import QueueUsage
+from scoring import priority_scale
 from scoring.framework import Code, NodeInfo, PodInfo, Status
 from scoring.managed_fit import ManagedResourcesFit
 from scoring.quantity import QuantityError
@@ -282,27 +283,40 @@ class ExtenderService:
             return []
         candidates, batch = self._candidates(pod, args)
         names = candidates.names
-        priorities = None if batch is None else self.profile.priority_batch(pod, batch, plugin)
+        priorities = self._priorities(pod, candidates, batch, plugin)
         self._record("prioritize", pod.key, "ok", plugin=plugin or "", nodes=len(names))
-        if priorities is not None and batch is not None and batch.known.all():
+        if batch is not None and batch.known.all():
             # Prebuilt per-node JSON from the table: no dict per node, no re-encoding of names.
             prefixes = map(self.cache.table.host_prefix.__getitem__, batch.rows.tolist())
             body = b",".join(map(operator.add, prefixes, map(_SCORE_TAIL.__getitem__, priorities)))
             return msgspec.Raw(b"[" + body + b"]")
-        if priorities is None or batch is None:
-            priorities = [self._priority(pod, name, candidates.allocatable(name), plugin) for name in names]
-        else:
-            for position in np.flatnonzero(~batch.known).tolist():
-                name = names[position]
-                priorities[position] = self._priority(pod, name, candidates.allocatable(name), plugin)
         return [{"Host": name, "Score": score} for name, score in zip(names, priorities, strict=True)]
 
-    def _priority(self, pod: PodInfo, name: str, allocatable: Mapping[str, Any] | None, plugin: str | None) -> int:
+    def _priorities(self, pod: PodInfo, candidates: _Candidates, batch: Batch | None, plugin: str | None) -> list[int]:
+        """0..10 per candidate: the profile's 0..100 node scores through the configured priority scale."""
+        names = candidates.names
+        scores = None if batch is None else self.profile.node_scores_batch(pod, batch, plugin)
+        if scores is None or batch is None:
+            node_scores = [self._node_score(pod, name, candidates.allocatable(name), plugin) for name in names]
+            return priority_scale.scale(self.config.priorityScale, node_scores)
+        known = batch.known.copy()
+        for position in np.flatnonzero(~known).tolist():
+            name = names[position]
+            score = self._node_score(pod, name, candidates.allocatable(name), plugin)
+            if score is not None:
+                scores[position], known[position] = score, True
+        result: list[int] = priority_scale.scale_batch(self.config.priorityScale, scores, known).tolist()
+        return result
+
+    def _node_score(
+        self, pod: PodInfo, name: str, allocatable: Mapping[str, Any] | None, plugin: str | None
+    ) -> int | None:
+        """One node's 0..100 score; None when the node is unknown or its allocatable invalid."""
         try:
             node = self._node_for(pod, name, allocatable)
         except (QuantityError, wire.WireError):
-            return 0
-        return 0 if node is None else self.profile.priority(pod, node, plugin)
+            return None
+        return None if node is None else self.profile.node_score(pod, node, plugin)
 
     # ------------------------------------------------------------------ preempt
     def preempt(self, body: bytes) -> dict[str, Any]:
@@ -427,7 +441,8 @@ class ExtenderService:
 
     # ------------------------------------------------------------------ explain
     def explain(self, body: bytes) -> dict[str, Any]:
-        """Per node: the filter verdict, each plugin's raw 0..100 score, the final 0..10 score, and for
+        """Per node: the filter verdict, each plugin's raw 0..100 score, the 0..10 score /prioritize would give
+        among the nodes that pass (null for the others), and for
         a queued pod the fairness verdict (queue, flavors, quota verdict, FlavorFairness score)."""
         args = wire.decode_extender_args(body)
         pod = self._pod(args.pod_raw)
@@ -437,6 +452,11 @@ class ExtenderService:
         nodes = []
         verdicts = list(self._verdicts(pod, args))
         fairness = {} if self.fairness is None else self.fairness.explain(pod, [v.name for v in verdicts])
+        scores = {v.name: self.profile.score(pod, v.node) for v in verdicts if v.node is not None and v.status.passed}
+        # Priorities as /prioritize would give them for the nodes that pass filter.
+        ranked = list(scores)
+        scaled = priority_scale.scale(self.config.priorityScale, [scores[n].node_score for n in ranked])
+        priorities = dict(zip(ranked, scaled, strict=True))
         for verdict in verdicts:
             entry: dict[str, Any] = {
                 "name": verdict.name,
@@ -447,11 +467,11 @@ class ExtenderService:
                 },
             }
             if verdict.node is not None:
-                score = self.profile.score(pod, verdict.node)
+                score = scores.get(verdict.name) or self.profile.score(pod, verdict.node)
                 entry.update(
                     scores=dict(score.plugin_scores),
                     nodeScore=score.node_score,
-                    score=score.priority,
+                    score=priorities.get(verdict.name),
                     managed={
                         r: {
                             "allocatable": verdict.node.allocatable.get(r, 0),

@@ -29,7 +29,6 @@ __all__ = [
     "Status",
     "args_field",
     "combine_scores",
-    "to_extender_priority",
 ]
 
 MIN_NODE_SCORE = 0
@@ -174,9 +173,3 @@ def combine_scores(weighted: Iterable[tuple[int, int]]) -> int:
     if weight_sum == 0:
         return MIN_NODE_SCORE
     return total // weight_sum
-
-
-def to_extender_priority(node_score: int) -> int:
-    """Map 0..100 to the extender's 0..10, rounding half up, clamped so the wire is always valid."""
-    priority = (node_score + 5) // 10
-    return max(MIN_EXTENDER_PRIORITY, min(MAX_EXTENDER_PRIORITY, priority))

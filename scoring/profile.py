@@ -11,11 +11,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from scoring import fitplus, scarce
 from scoring.framework import (
-    MAX_EXTENDER_PRIORITY,
-    MIN_EXTENDER_PRIORITY,
     SUCCESS,
     ArgsError,
     FilterPlugin,
@@ -24,7 +23,6 @@ from scoring.framework import (
     ScorePlugin,
     Status,
     combine_scores,
-    to_extender_priority,
 )
 from scoring.table import Batch, BatchVerdicts
 
@@ -52,11 +50,10 @@ class ScorePluginSpec:
 
 @dataclass(frozen=True, slots=True)
 class NodeScore:
-    """Raw 0..100 score per plugin, their weighted mean, and the 0..10 extender priority."""
+    """Raw 0..100 score per plugin and their weighted mean (``scoring.priority_scale`` maps it to 0..10)."""
 
     plugin_scores: Mapping[str, int]
     node_score: int
-    priority: int
 
 
 def _applies(spec: ScorePluginSpec, pod: PodInfo) -> bool:
@@ -88,15 +85,15 @@ class Profile:
         active = self.active(pod)
         raw = {spec.plugin.name: spec.plugin.score(pod, node) for spec in active}
         node_score = combine_scores((spec.weight, raw[spec.plugin.name]) for spec in active)
-        return NodeScore(raw, node_score, to_extender_priority(node_score))
+        return NodeScore(raw, node_score)
 
-    def priority(self, pod: PodInfo, node: NodeInfo, plugin: str | None = None) -> int:
-        """The 0..10 priority, of the whole profile or of one plugin alone (same rounding)."""
+    def node_score(self, pod: PodInfo, node: NodeInfo, plugin: str | None = None) -> int:
+        """The 0..100 score, of the whole profile or of one plugin alone."""
         if plugin is None:
-            return self.score(pod, node).priority
+            return self.score(pod, node).node_score
         for spec in self.scorers:
             if spec.plugin.name == plugin:
-                return to_extender_priority(spec.plugin.score(pod, node))
+                return spec.plugin.score(pod, node)
         raise KeyError(plugin)
 
     def filter_batch(self, pod: PodInfo, batch: Batch) -> BatchVerdicts:
@@ -106,8 +103,8 @@ class Profile:
             verdicts.merge_later(check.filter_batch(pod, batch))
         return verdicts
 
-    def priority_batch(self, pod: PodInfo, batch: Batch, plugin: str | None = None) -> list[int] | None:
-        """0..10 priorities for every node of ``batch``; None when a plugin cannot batch."""
+    def node_scores_batch(self, pod: PodInfo, batch: Batch, plugin: str | None = None) -> npt.NDArray[np.int64] | None:
+        """0..100 scores for every node of ``batch`` (as ``node_score``); None when a plugin cannot batch."""
         specs = self.active(pod) if plugin is None else [s for s in self.scorers if s.plugin.name == plugin]
         if plugin is not None and not specs:
             raise KeyError(plugin)
@@ -119,7 +116,4 @@ class Profile:
                 return None
             total += scores * (spec.weight if plugin is None else 1)
             weight_sum += spec.weight if plugin is None else 1
-        node_scores = total // weight_sum if weight_sum else np.zeros(len(batch), dtype=np.int64)
-        priorities = np.clip((node_scores + 5) // 10, MIN_EXTENDER_PRIORITY, MAX_EXTENDER_PRIORITY)
-        result: list[int] = priorities.tolist()
-        return result
+        return total // weight_sum if weight_sum else np.zeros(len(batch), dtype=np.int64)

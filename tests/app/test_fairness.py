@@ -133,14 +133,15 @@ def test_flavor_follows_a_node_relabel(client_for: Any) -> None:
 def test_flavor_fairness_prefers_non_borrowing_earlier_flavors(client_for: Any) -> None:
     """team-a, 2 GPUs, nothing in use. h100-reserved is its first flavor and within nominal: 100 -> 10.
     a10-spot borrows: weighted share after admission = 2*1 / (8 h100 * 8 + 12 a10 * 1) * 1000 = 26.3
-    per-mille (team-b lends 12 of its 16 a10) -> 49 - floor(26.3 * 49 / 1000) = 48 -> priority 5."""
+    per-mille (team-b lends 12 of its 16 a10) -> 49 - floor(26.3 * 49 / 1000) = 48: below the best of the two
+    candidates, so priority 0 (the Candidates scale: best 10, worst 0)."""
     plugins = [fit_plus(), {"name": "FlavorFairness", "weight": 3}]
     service = make_service(STORY1_NODES, [], config=story1(plugins=plugins))
     client = client_for(service)
     pod = in_queue(pod_obj("a", gpus=2, namespace="team-a", uid="a"), "training")
     body = filter_body(pod, ["spot-1", "h100-1"])
     alone = client.post("/prioritize/FlavorFairness", content=body).json()
-    assert alone == [{"Host": "spot-1", "Score": 5}, {"Host": "h100-1", "Score": 10}]
+    assert alone == [{"Host": "spot-1", "Score": 0}, {"Host": "h100-1", "Score": 10}]
     explained = {n["name"]: n for n in client.post("/debug/explain", content=body).json()["nodes"]}
     assert explained["h100-1"]["scores"]["FlavorFairness"] == 100
     assert explained["spot-1"]["scores"]["FlavorFairness"] == 48
@@ -459,8 +460,9 @@ def test_flavor_fairness_sits_out_for_a_queued_pod_requesting_nothing_covered(cl
 def test_bundled_queue_example_answers_as_the_readme_says(client_for: Any) -> None:
     """examples/config-queues.yaml on examples/cluster.yaml, the README's queue walk-through. research
     has 4 reserved A100s (first flavor, no borrowing: 100 -> 10) and borrows L4s: 2 * 1 / (16 A100 * 8
-    + 12 L4 * 1) * 1000 = 14.3 per-mille -> 49 - floor(14.3 * 49 / 1000) = 49 -> 5. CPU and DRA nodes
-    have no flavor of research -> 0 (they fail the GPU check anyway)."""
+    + 12 L4 * 1) * 1000 = 14.3 per-mille -> 49 - floor(14.3 * 49 / 1000) = 49. CPU and DRA nodes
+    have no flavor of research -> 0 (they fail the GPU check anyway). Over these candidates (best 100,
+    worst 0): 10 for the A100s, 10 - ceil(10 * 51 / 100) = 4 for the L4s."""
     from app.config import load_config
     from app.runtime import build_snapshot_runtime
 
@@ -476,7 +478,7 @@ def test_bundled_queue_example_answers_as_the_readme_says(client_for: Any) -> No
         "l4-3",
     ]
     scores = {e["Host"]: e["Score"] for e in client.post("/prioritize/FlavorFairness", content=request).json()}
-    assert scores == {"dgx-a100-1": 10, "dgx-a100-2": 10, "l4-1": 5, "l4-2": 5, "l4-3": 5} | dict.fromkeys(
+    assert scores == {"dgx-a100-1": 10, "dgx-a100-2": 10, "l4-1": 4, "l4-2": 4, "l4-3": 4} | dict.fromkeys(
         ["cpu-1", "cpu-2", "cpu-3", "dra-1", "dra-2"], 0
     )
     bind = (root / "requests" / "bind-queued-pod.json").read_bytes()

@@ -211,9 +211,10 @@ def test_explain_reports_verdicts_and_raw_scores() -> None:
     g1, c1 = explained["nodes"]
     assert g1["filter"] == {"passed": True, "reason": "", "code": "Success"}
     # FitPlus on g1: gpu Most 1/4 -> 25 (w2), cpu Least 5/10 -> 50, memory Least 50 -> (50+50+50)//4 = 37.
-    # SRA: the pod requests every type g1 offers (pods never counts) -> 100. Mean (37+100)//2 = 68 -> 7.
+    # SRA: the pod requests every type g1 offers (pods never counts) -> 100. Mean (37+100)//2 = 68.
+    # g1 is the only node that passes, so the best candidate: priority 10 (the Candidates scale).
     assert g1["scores"] == {"NodeResourcesFitPlus": 37, "ScarceResourceAvoidance": 100}
-    assert (g1["nodeScore"], g1["score"]) == (68, 7)
+    assert (g1["nodeScore"], g1["score"]) == (68, 10)
     assert g1["managed"] == {"nvidia.com/gpu": {"allocatable": 4, "requested": 0, "pod": 1}}
     assert c1["filter"] == {
         "passed": False,
@@ -246,8 +247,12 @@ def test_batch_answers_match_explain_on_the_example_cluster(gpus: int) -> None:
         (answer["FailedAndUnresolvableNodes"], "UnschedulableAndUnresolvable"),
     ):
         assert reasons == {n: e["filter"]["reason"] for n, e in explained.items() if e["filter"]["code"] == code}
-    scores = json.loads(wire.encode(service.prioritize(body)))  # prebuilt bytes or objects
-    assert {s["Host"]: s["Score"] for s in scores} == {n: explained[n].get("score", 0) for n in names}
+    # kube-scheduler sends prioritize the nodes that passed filter (plus a ghost: unknown nodes get 0).
+    passed = [*answer["NodeNames"], "ghost"]
+    scores = json.loads(
+        wire.encode(service.prioritize(filter_body(pod_obj("p", gpus=gpus, cpu="8", memory="32Gi"), passed)))
+    )
+    assert {s["Host"]: s["Score"] for s in scores} == {n: explained[n].get("score") or 0 for n in passed}
 
 
 def test_one_structured_log_line_per_decision(caplog: pytest.LogCaptureFixture) -> None:

@@ -35,8 +35,21 @@ def test_scheduler_profile_leaves_claims_to_the_extender() -> None:
     # would keep them from the extender.
     assert "managedResources" not in extender
     assert extender["bindVerb"] == "bind" and extender["ignorable"] is False
-    fit = next(c for c in profile["pluginConfig"] if c["name"] == "NodeResourcesFit")
-    assert "nvidia.com/gpu" in fit["args"]["ignoredResources"]
+    # NodeResourcesFit must count nvidia.com/gpu: preemption's dry run finds victims only for resources
+    # its own filter sees (issue 13: with ignoredResources a GPU pod never reached /preempt).
+    assert all(c["name"] != "NodeResourcesFit" for c in profile.get("pluginConfig", []))
+
+
+def test_scheduler_profile_leaves_resource_scoring_to_the_extender() -> None:
+    """The in-tree resource scores would spread GPU pods; the extender's weight outranks what is left
+    (tests/e2e checks the same against the effective configuration kube-scheduler writes)."""
+    config = yaml.safe_load((DEPLOY / "kube-scheduler-config.yaml").read_text())
+    disabled = {p["name"] for p in config["profiles"][0]["plugins"]["score"]["disabled"]}
+    assert disabled == {"NodeResourcesFit", "NodeResourcesBalancedAllocation"}
+    left = {"TaintToleration": 3, "NodeAffinity": 2, "PodTopologySpread": 2, "InterPodAffinity": 2, "ImageLocality": 1}
+    assert config["extenders"][0]["weight"] * 10 > sum(left.values()) * 100
+    extender = parse_config(yaml.safe_load(_configmap()["data"]["config.yaml"]))
+    assert extender.priorityScale == "Candidates"  # the best node 10, every other at most 9
 
 
 def test_extender_config_parses_and_has_dra_on() -> None:

@@ -75,16 +75,16 @@ def test_batch_equals_scalar(profile: Profile, pod: PodInfo, node_list: list[Nod
     batch = table.batch(names)
     assert batch is not None
     verdicts = profile.filter_batch(pod, batch)
-    priorities = profile.priority_batch(pod, batch)
-    assert priorities is not None
+    scores = profile.node_scores_batch(pod, batch)
+    assert scores is not None
     for plugin in profile.scorer_names:
-        single = profile.priority_batch(pod, batch, plugin)
+        single = profile.node_scores_batch(pod, batch, plugin)
         assert single is not None
         for position, node in enumerate(named):
-            assert single[position] == profile.priority(pod, node, plugin)
+            assert single[position] == profile.node_score(pod, node, plugin)
     for position, node in enumerate(named):
         assert verdicts.status(position) == profile.filter(pod, node), node
-        assert priorities[position] == profile.score(pod, node).priority
+        assert scores[position] == profile.score(pod, node).node_score
     if with_unknown:
         assert not batch.known[-1]
 

@@ -1,7 +1,7 @@
 """Profile: plugin combination and the 0..100 -> 0..10 extender mapping.
 
-combine_scores = sum(w * s) // sum(w); to_extender_priority = clamp((s + 5) // 10, 0, 10).
-Combined priority = (sum(w * s) // sum(w) + 5) // 10.
+combine_scores = sum(w * s) // sum(w); priority_scale.absolute = clamp((s + 5) // 10, 0, 10).
+Combined priority = (sum(w * s) // sum(w) + 5) // 10 (tests/scoring/test_priority_scale.py: the other scale).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from scoring.framework import (
     PodInfo,
     Status,
     combine_scores,
-    to_extender_priority,
 )
 from scoring.managed_fit import ManagedResourcesFit
+from scoring.priority_scale import absolute as to_extender_priority
 from scoring.profile import SCORE_PLUGINS, NodeScore, Profile, ScorePluginSpec, build_score_plugin
 from tests.scoring.builders import node
 from tests.scoring.builders import pod_requesting as pod
@@ -134,16 +134,16 @@ CPU_POD = {"cpu": "1", "memory": "4Gi"}
 def test_profile_score_equal_weights() -> None:
     # (75 + 50) // 2 = 62 -> (62 + 5) // 10 = 6
     result = profile().score(pod(CPU_POD), node(GPU_NODE))
-    assert result == NodeScore({fitplus.NAME: 75, scarce.NAME: 50}, 62, 6)
+    assert result == NodeScore({fitplus.NAME: 75, scarce.NAME: 50}, 62)
 
 
 def test_profile_score_weighted() -> None:
     # fit weight 1, sra weight 2: (75 + 100) // 3 = 58 -> (58 + 5) // 10 = 6
     assert profile(1, 2).score(pod(CPU_POD), node(GPU_NODE)).node_score == 58
-    assert profile(1, 2).priority(pod(CPU_POD), node(GPU_NODE)) == 6
+    assert to_extender_priority(profile(1, 2).node_score(pod(CPU_POD), node(GPU_NODE))) == 6
     # fit weight 3, sra weight 1: (225 + 50) // 4 = 68 -> (68 + 5) // 10 = 7
     assert profile(3, 1).score(pod(CPU_POD), node(GPU_NODE)).node_score == 68
-    assert profile(3, 1).priority(pod(CPU_POD), node(GPU_NODE)) == 7
+    assert to_extender_priority(profile(3, 1).node_score(pod(CPU_POD), node(GPU_NODE))) == 7
 
 
 def test_combined_is_rounded_once_after_the_mean() -> None:
@@ -153,8 +153,8 @@ def test_combined_is_rounded_once_after_the_mean() -> None:
     #   weights 1, 2: (75 + 0) // 3 = 25 -> (25 + 5) // 10 = 3
     #   (averaging per-plugin priorities 8 and 0 with weights 1, 2 instead would give 8 // 3 = 2)
     n = node({"cpu": 4000, "memory": 16 * GI, GPU: 8})
-    assert profile(1, 1).score(pod(CPU_POD), n) == NodeScore({fitplus.NAME: 75, scarce.NAME: 0}, 37, 4)
-    assert profile(1, 2).score(pod(CPU_POD), n) == NodeScore({fitplus.NAME: 75, scarce.NAME: 0}, 25, 3)
+    assert profile(1, 1).score(pod(CPU_POD), n) == NodeScore({fitplus.NAME: 75, scarce.NAME: 0}, 37)
+    assert profile(1, 2).score(pod(CPU_POD), n) == NodeScore({fitplus.NAME: 75, scarce.NAME: 0}, 25)
 
 
 def test_gpu_pod_prefers_fuller_gpu_node() -> None:
@@ -165,24 +165,24 @@ def test_gpu_pod_prefers_fuller_gpu_node() -> None:
     #                combined (87 + 100) // 2 = 93 -> 9
     gpu_pod = pod({"cpu": "1", "memory": "4Gi", GPU: "2"})
     prof = profile()
-    assert prof.score(gpu_pod, node(GPU_NODE)) == NodeScore({fitplus.NAME: 50, scarce.NAME: 100}, 75, 8)
-    assert prof.score(gpu_pod, node(GPU_NODE, {GPU: 6})) == NodeScore({fitplus.NAME: 87, scarce.NAME: 100}, 93, 9)
+    assert prof.score(gpu_pod, node(GPU_NODE)) == NodeScore({fitplus.NAME: 50, scarce.NAME: 100}, 75)
+    assert prof.score(gpu_pod, node(GPU_NODE, {GPU: 6})) == NodeScore({fitplus.NAME: 87, scarce.NAME: 100}, 93)
 
 
-def test_priority_per_plugin() -> None:
+def test_node_score_per_plugin() -> None:
     prof = profile()
     p, n = pod(CPU_POD), node(GPU_NODE)
-    assert prof.priority(p, n, plugin=fitplus.NAME) == 8  # (75 + 5) // 10
-    assert prof.priority(p, n, plugin=scarce.NAME) == 5  # (50 + 5) // 10
-    assert prof.priority(p, n) == 6  # combined 62 -> 6
+    assert prof.node_score(p, n, plugin=fitplus.NAME) == 75
+    assert prof.node_score(p, n, plugin=scarce.NAME) == 50
+    assert prof.node_score(p, n) == 62  # (75 + 50) // 2
     with pytest.raises(KeyError):
-        prof.priority(p, n, plugin="NoSuchPlugin")
+        prof.node_score(p, n, plugin="NoSuchPlugin")
 
 
 def test_best_effort_pod() -> None:
     # FitPlus: nothing requested -> 100; SRA: D = {cpu, memory, eph, gpu}, S = 1 -> 3*100//4 = 75
     # (100 + 75) // 2 = 87 -> (87 + 5) // 10 = 9
-    assert profile().score(pod(None), node(GPU_NODE)) == NodeScore({fitplus.NAME: 100, scarce.NAME: 75}, 87, 9)
+    assert profile().score(pod(None), node(GPU_NODE)) == NodeScore({fitplus.NAME: 100, scarce.NAME: 75}, 87)
 
 
 def test_scorer_names() -> None:

@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scoring.fitplus import NodeResourcesFitPlus, NodeResourcesFitPlusArgs
-from scoring.framework import NodeInfo, PodInfo, combine_scores, to_extender_priority
+from scoring.framework import NodeInfo, PodInfo, combine_scores
+from scoring.priority_scale import absolute as to_extender_priority
 from scoring.resources import PodResources, pod_resources
 from scoring.scarce import ScarceResourceAvoidance, ScarceResourceAvoidanceArgs
 
