@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import ssl
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import httpx
@@ -34,15 +34,29 @@ class GoneError(ApiError):
     """410 Gone: the resourceVersion is too old; the caller must relist."""
 
 
-class _TokenAuth(httpx.Auth):
-    def __init__(self, token: Callable[[], str | None]) -> None:
-        self._token = token
+class _HeaderAuth(httpx.Auth):
+    """Sets the credential header (name, value) the source gives for each request, if any."""
+
+    def __init__(self, source: Callable[[], tuple[str, str] | None]) -> None:
+        self._source = source
 
     def auth_flow(self, request: httpx.Request):  # type: ignore[no-untyped-def]
-        token = self._token()
-        if token:
-            request.headers["Authorization"] = token
+        header = self._source()
+        if header:
+            request.headers[header[0]] = header[1]
         yield request
+
+
+def tls_context(cfg: Any) -> ssl.SSLContext:
+    """TLS for a ``kubernetes.client.Configuration``: its CA (or the system's), its client certificate
+    whether or not the server is verified, and no verification with ``insecure-skip-tls-verify``."""
+    context = ssl.create_default_context(cafile=cfg.ssl_ca_cert or None)
+    if not cfg.verify_ssl:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    if cfg.cert_file and cfg.key_file:
+        context.load_cert_chain(cfg.cert_file, cfg.key_file)
+    return context
 
 
 def _error(response: httpx.Response, body: bytes) -> ApiError:
@@ -63,15 +77,18 @@ class KubeClient:
         self,
         base_url: str,
         *,
-        token: Callable[[], str | None] | None = None,
+        authorization: Callable[[], tuple[str, str] | None] | None = None,
         verify: ssl.SSLContext | bool = True,
         timeout: float = 30.0,
+        proxy: str | None = None,
     ) -> None:
+        """``authorization`` gives the credential header (name, value) for each request, or None."""
         self.base_url = base_url.rstrip("/")
         self._http = httpx.AsyncClient(
             base_url=self.base_url,
-            auth=_TokenAuth(token) if token else None,
+            auth=_HeaderAuth(authorization) if authorization else None,
             verify=verify,
+            proxy=proxy,
             timeout=httpx.Timeout(timeout),
             # The API server answers 415 to a POST or PUT without a JSON Content-Type.
             headers={
@@ -91,13 +108,32 @@ class KubeClient:
             config.load_kube_config(config_file=path, client_configuration=cfg)
         else:
             config.load_incluster_config(client_configuration=cfg)
-        verify: ssl.SSLContext | bool = False
-        if cfg.verify_ssl:
-            context = ssl.create_default_context(cafile=cfg.ssl_ca_cert or None)
-            if cfg.cert_file and cfg.key_file:
-                context.load_cert_chain(cfg.cert_file, cfg.key_file)
-            verify = context
-        return cls(cfg.host, token=lambda: cfg.get_api_key_with_prefix("authorization"), verify=verify)
+        return cls.from_configuration(cfg)
+
+    @classmethod
+    def from_incluster(cls, token_file: str, ca_file: str, environ: Mapping[str, str]) -> KubeClient:
+        """In-cluster config from explicit paths (the loader's defaults are /var/run/secrets/...)."""
+        from kubernetes import client
+        from kubernetes.config.incluster_config import InClusterConfigLoader
+
+        cfg = client.Configuration()
+        InClusterConfigLoader(token_filename=token_file, cert_filename=ca_file, environ=environ).load_and_set(cfg)
+        return cls.from_configuration(cfg)
+
+    @classmethod
+    def from_configuration(cls, cfg: Any) -> KubeClient:
+        """From a loaded ``kubernetes.client.Configuration``: every credential its loaders support.
+
+        The bearer token (static, token file, exec plugin, in-cluster with rotation) is read through
+        ``auth_settings()`` on every request, which runs the loader's refresh hook and hides where the
+        client keeps it (``api_key["authorization"]`` before 36.0.3, ``api_key["BearerToken"]`` since).
+        """
+
+        def authorization() -> tuple[str, str] | None:
+            setting = cfg.auth_settings().get("BearerToken")
+            return (setting["key"], setting["value"]) if setting and setting.get("value") else None
+
+        return cls(cfg.host, authorization=authorization, verify=tls_context(cfg), proxy=cfg.proxy or None)
 
     async def close(self) -> None:
         await self._http.aclose()
