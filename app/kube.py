@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import ssl
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx
@@ -108,16 +108,6 @@ class KubeClient:
             config.load_kube_config(config_file=path, client_configuration=cfg)
         else:
             config.load_incluster_config(client_configuration=cfg)
-        return cls.from_configuration(cfg)
-
-    @classmethod
-    def from_incluster(cls, token_file: str, ca_file: str, environ: Mapping[str, str]) -> KubeClient:
-        """In-cluster config from explicit paths (the loader's defaults are /var/run/secrets/...)."""
-        from kubernetes import client
-        from kubernetes.config.incluster_config import InClusterConfigLoader
-
-        cfg = client.Configuration()
-        InClusterConfigLoader(token_filename=token_file, cert_filename=ca_file, environ=environ).load_and_set(cfg)
         return cls.from_configuration(cfg)
 
     @classmethod

@@ -20,10 +20,11 @@ class Pki:
     dir: Path
     ca: Path
 
-    def issue(self, name: str, *, extensions: str) -> tuple[Path, Path]:
-        """A key and a certificate signed by this CA, valid for a day."""
+    def issue(self, name: str, *, extensions: str, subject: str | None = None) -> tuple[Path, Path]:
+        """A key and a certificate signed by this CA, valid for a day (subject /CN=name unless given)."""
         (self.dir / f"{name}.ext").write_text(extensions + "\n")
-        _openssl("req", *_KEY, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}", cwd=self.dir)
+        _openssl("req", *_KEY, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", subject or f"/CN={name}",
+                 cwd=self.dir)  # fmt: skip
         _openssl(
             "x509", "-req", "-in", f"{name}.csr", "-CA", self.ca.name, "-CAkey", "ca.key", "-CAcreateserial",
             "-days", "1", "-out", f"{name}.crt", "-extfile", f"{name}.ext", cwd=self.dir,

@@ -1,0 +1,106 @@
+"""DRA claims allocated by the extender in ResourceSlice priority order (KEP-5773), reserved for the
+pod before the Binding, and freed when the pod goes, against the real API server and claim controller."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.e2e.conftest import Group
+from tests.e2e.controlplane import wait_for
+
+RESOURCE = "/apis/resource.k8s.io/v1"
+PRIORITY = "dra.kube-gpu-extender.io/priority"
+
+
+def _devices(names: list[str]) -> list[dict[str, Any]]:
+    return [{"name": n, "attributes": {"index": {"int": i}}} for i, n in enumerate(names)]
+
+
+def _dra_node(group: Group) -> tuple[str, str]:
+    """A node whose GPUs are published through DRA: a preferred slice (gpu-0) and a fallback (gpu-9)."""
+    driver = f"{group.name}.gpu.example.com"
+    node = group.node("dra", gpus=None)
+    group.api.create(f"{RESOURCE}/deviceclasses", {
+        "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": driver},
+        "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]},
+    })  # fmt: skip
+    for slice_name, devices, priority in (("fallback", ["gpu-9"], "0"), ("preferred", ["gpu-0"], "1")):
+        group.api.create(f"{RESOURCE}/resourceslices", {
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+            "metadata": {"name": f"{node}-{slice_name}", "annotations": {PRIORITY: priority}},
+            "spec": {"driver": driver, "nodeName": node, "pool": {"name": node, "generation": 1, "resourceSliceCount": 2},
+                     "devices": _devices(devices)},
+        })  # fmt: skip
+    return node, driver
+
+
+def _claim_spec(device_class: str) -> dict[str, Any]:
+    return {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": device_class, "count": 1}}]}}
+
+
+def _claim(group: Group, name: str) -> dict[str, Any]:
+    claim: dict[str, Any] = group.api.get(f"{RESOURCE}/namespaces/{group.name}/resourceclaims/{name}")
+    return claim
+
+
+def _allocated_devices(claim: dict[str, Any]) -> list[str]:
+    results = ((claim.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results") or []
+    return [r["device"] for r in results]
+
+
+def _cleanup(group: Group, driver: str) -> None:
+    for pod in group.pods():
+        group.delete_pod(pod["metadata"]["name"])
+    for s in group.api.items(f"{RESOURCE}/resourceslices"):
+        if s["spec"]["driver"] == driver:
+            group.api.delete(f"{RESOURCE}/resourceslices/{s['metadata']['name']}", grace=None)
+    group.api.delete(f"{RESOURCE}/deviceclasses/{driver}", grace=None)
+
+
+def test_direct_claim_is_allocated_by_priority_reserved_and_freed(group: Group) -> None:
+    node, driver = _dra_node(group)
+    try:
+        for name in ("c1", "c2"):
+            group.api.create(f"{RESOURCE}/namespaces/{group.name}/resourceclaims", {
+                "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name},
+                "spec": _claim_spec(driver),
+            })  # fmt: skip
+        pod = group.pod("p1", claims=[{"name": "gpu", "resourceClaimName": "c1"}])
+        assert group.wait_bound("p1") == {"p1": node}
+        claim = _claim(group, "c1")
+        assert _allocated_devices(claim) == ["gpu-0"]  # the preferred slice first
+        assert [r["uid"] for r in claim["status"]["reservedFor"]] == [pod["metadata"]["uid"]]
+        # The node's last device goes to the next claim; a third pod has nothing left.
+        group.pod("p2", claims=[{"name": "gpu", "resourceClaimName": "c2"}])
+        group.wait_bound("p2")
+        assert _allocated_devices(_claim(group, "c2")) == ["gpu-9"]
+        group.api.create(f"{RESOURCE}/namespaces/{group.name}/resourceclaims", {
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "c3"},
+            "spec": _claim_spec(driver),
+        })  # fmt: skip
+        group.pod("p3", claims=[{"name": "gpu", "resourceClaimName": "c3"}])
+        assert "cannot allocate all claims" in group.wait_unschedulable("p3")
+        # Freed: the claim controller drops the deleted pod's reservation and deallocates c1.
+        group.delete_pod("p1")
+        wait_for("c1 deallocated", lambda: not (_claim(group, "c1").get("status") or {}).get("allocation"))
+        assert group.wait_bound("p3") == {"p3": node}
+        assert _allocated_devices(_claim(group, "c3")) == ["gpu-0"]
+    finally:
+        _cleanup(group, driver)
+
+
+def test_claim_from_a_template_is_created_allocated_and_reserved(group: Group) -> None:
+    node, driver = _dra_node(group)
+    try:
+        group.api.create(f"{RESOURCE}/namespaces/{group.name}/resourceclaimtemplates", {
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": "one-gpu"},
+            "spec": {"spec": _claim_spec(driver)},
+        })  # fmt: skip
+        pod = group.pod("p1", claims=[{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}])
+        assert group.wait_bound("p1") == {"p1": node}
+        statuses = group.get_pod("p1")["status"]["resourceClaimStatuses"]  # type: ignore[index]
+        claim = _claim(group, statuses[0]["resourceClaimName"])
+        assert _allocated_devices(claim) == ["gpu-0"]
+        assert [r["uid"] for r in claim["status"]["reservedFor"]] == [pod["metadata"]["uid"]]
+    finally:
+        _cleanup(group, driver)

@@ -1,0 +1,73 @@
+"""Placement, capacity, reasons and reuse through a real kube-scheduler with the shipped profile."""
+
+from __future__ import annotations
+
+from tests.e2e.conftest import GPU, Cluster, Group
+
+
+def test_one_gpu_pods_pack_onto_one_node(group: Group) -> None:
+    """Issue 13 (4): the node kube-scheduler picks is the one the extender ranks best. With the old
+    settings (weight 1, 0..10 per node, in-tree LeastAllocated/BalancedAllocation scoring) the in-tree
+    scores spread these pods over both nodes."""
+    for suffix in ("a", "b"):
+        group.node(suffix)
+    group.node("cpu", gpus=None)
+    names = [f"p{i}" for i in range(8)]
+    for name in names:
+        group.pod(name, gpus=1)
+    placed = group.wait_bound(*names)
+    assert len(set(placed.values())) == 1, placed  # one node full, the other kept whole for an 8-GPU pod
+    group.pod("whole", gpus=8)
+    (node,) = group.wait_bound("whole").values()
+    assert node != next(iter(placed.values()))
+
+
+def test_capacity_is_never_exceeded_and_over_demand_says_why(group: Group) -> None:
+    group.node("a", gpus=4)
+    group.node("b", gpus=4)
+    group.node("cpu", gpus=None)
+    names = [f"p{i}" for i in range(10)]
+    for name in names:
+        group.pod(name, gpus=1)
+    group.wait_bound(*names[:8])
+    message = group.wait_unschedulable("p8")
+    assert "Insufficient nvidia.com/gpu" in message, message
+    assert sorted(group.gpus_per_node().values()) == [0, 4, 4]
+    assert not (group.get_pod("p9") or {})["spec"].get("nodeName")
+
+
+def test_freed_capacity_is_reused(group: Group) -> None:
+    group.node("a", gpus=2)
+    for name in ("p1", "p2", "p3"):
+        group.pod(name, gpus=1)
+    group.wait_bound("p1", "p2")
+    group.wait_unschedulable("p3")
+    group.delete_pod("p1")
+    assert group.wait_bound("p3") == {"p3": f"{group.name}-a"}
+
+
+def test_cpu_pods_keep_off_gpu_nodes(group: Group) -> None:
+    group.node("gpu")
+    cpu = group.node("cpu", gpus=None)
+    for name in ("c1", "c2", "c3"):
+        group.pod(name)
+    assert set(group.wait_bound("c1", "c2", "c3").values()) == {cpu}
+
+
+def test_the_effective_profile_lets_the_extender_decide(cluster: Cluster) -> None:
+    """One extender priority step (10 x weight) outweighs every in-tree score plugin kube-scheduler
+    really runs in the shipped profile (read from the configuration it writes)."""
+    effective = cluster.plane.effective_scheduler_config()
+    (profile,) = effective["profiles"]
+    plugins = profile["plugins"]
+    disabled = {p["name"] for p in plugins["score"].get("disabled") or []}
+    scoring = {p["name"]: p["weight"] or 1 for p in plugins["multiPoint"]["enabled"] if p["name"] not in disabled}
+    scoring.update({p["name"]: p["weight"] or 1 for p in plugins["score"].get("enabled") or []})
+    known_scorers = {"TaintToleration", "NodeAffinity", "NodeResourcesFit", "PodTopologySpread", "InterPodAffinity",
+                     "NodeResourcesBalancedAllocation", "ImageLocality", "VolumeBinding"}  # fmt: skip
+    in_tree = sum(w for name, w in scoring.items() if name in known_scorers) * 100
+    assert {"NodeResourcesFit", "NodeResourcesBalancedAllocation"} <= disabled
+    (extender,) = effective["extenders"]
+    assert extender["weight"] * 10 > in_tree, (extender["weight"], scoring)
+    fit = next((c["args"] for c in profile["pluginConfig"] if c["name"] == "NodeResourcesFit"), {})
+    assert GPU not in (fit.get("ignoredResources") or [])
