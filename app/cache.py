@@ -11,6 +11,7 @@ changes the cache atomically between two awaits, which is what makes concurrent 
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -91,6 +92,10 @@ class ClusterCache:
         # Called with a pod's UID after every pod event (KAI's pending requests need unbound pods too).
         self.on_pod: Callable[[str], None] | None = None
         self.nodes_version = 0  # bumped on every node change (cluster totals are recomputed lazily)
+        # Bumped whenever what is counted on a node, or a node itself, changes: filter compares it to
+        # tell whether the cache has moved since it last judged a pod (see changed_after).
+        self.generation = 0
+        self._change_waiters: list[asyncio.Future[None]] = []
         # Called with (name, labels or None) when a node is added, changed or deleted (flavor signatures).
         self.on_node: Callable[[str, Mapping[str, str] | None], None] | None = None
 
@@ -127,6 +132,7 @@ class ClusterCache:
         previous = self.nodes.get(node.name)
         self.nodes[node.name] = node
         self.nodes_version += 1
+        self._changed()
         self.dra.set_node(node.name, node.labels)
         self._refresh(node.name)
         if self.on_node is not None:
@@ -139,6 +145,7 @@ class ClusterCache:
     def delete_node(self, name: str) -> None:
         self.nodes.pop(name, None)
         self.nodes_version += 1
+        self._changed()
         if self.on_node is not None:
             self.on_node(name, None)
         self.dra.delete_node(name)
@@ -242,8 +249,28 @@ class ClusterCache:
             usage.assumed_count += assumed
             self._counted[uid] = desired
             self._refresh(node)
+        self._changed()
         if self.on_count is not None:
             self.on_count(uid, desired)
+
+    def _changed(self) -> None:
+        self.generation += 1
+        waiters, self._change_waiters = self._change_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def changed_after(self, generation: int, timeout: float) -> bool:
+        """Wait until the cache has changed since ``generation`` (True), or ``timeout`` seconds (False)."""
+        if self.generation != generation:
+            return True
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._change_waiters.append(waiter)
+        try:
+            await asyncio.wait_for(asyncio.shield(waiter), timeout)
+        except TimeoutError:
+            return self.generation != generation
+        return True
 
     def _build(self, name: str, allocatable: Mapping[str, int]) -> NodeInfo:
         usage = self._usage.get(name) or NodeUsage()

@@ -39,7 +39,12 @@ class PluginConfig(_Strict):
 
 class ManagedResource(_Strict):
     name: str
-    ignoredByScheduler: bool = True
+    ignoredByScheduler: bool = Field(
+        False,
+        description="Whether kube-scheduler's NodeResourcesFit ignores this resource (its ignoredResources). "
+        "False, as the shipped profile: a node kube-scheduler passed that the extender finds short means the "
+        "extender's cache lags kube-scheduler's, and filter waits for it (cache.catchUpSeconds).",
+    )
 
 
 class CacheConfig(_Strict):
@@ -51,6 +56,13 @@ class CacheConfig(_Strict):
     staleAfterSeconds: float = Field(30.0, gt=0, description="A watch broken this long makes the cache stale.")
     assumeTTLSeconds: float = Field(
         300.0, gt=0, description="How long a bound pod stays assumed if the watch never confirms it."
+    )
+    catchUpSeconds: float = Field(
+        0.5,
+        ge=0,
+        description="When filter would leave a pod with no node and the cache may lag kube-scheduler's (it "
+        "rejected this pod before and has not changed since, or a node kube-scheduler passed is short of a "
+        "resource both count), wait this long for the cache to change and judge once more. 0 turns it off.",
     )
 
 
@@ -161,6 +173,15 @@ class ExtenderConfiguration(_Strict):
     @property
     def managed_resource_names(self) -> list[str]:
         return [r if isinstance(r, str) else r.name for r in self.managedResources]
+
+    @property
+    def scheduler_counted_resources(self) -> list[str]:
+        """Managed resources kube-scheduler's NodeResourcesFit counts too (not ignoredByScheduler)."""
+        return [
+            r if isinstance(r, str) else r.name
+            for r in self.managedResources
+            if isinstance(r, str) or not r.ignoredByScheduler
+        ]
 
     @model_validator(mode="after")
     def _check(self) -> ExtenderConfiguration:

@@ -66,6 +66,12 @@ class Metrics:
             ["reason"],
             registry=self.registry,
         )
+        self.filter_catch_up = Counter(
+            "kube_gpu_extender_filter_catch_up_total",
+            "Filter answers that waited for the cache to catch up with kube-scheduler, by whether it changed.",
+            ["outcome"],
+            registry=self.registry,
+        )
         self.bind_errors = Counter(
             "kube_gpu_extender_bind_errors_total", "Failed binds, by kind.", ["kind"], registry=self.registry
         )

@@ -119,7 +119,7 @@ class ExtenderVerbs:
         prefix = service.config.server.pathPrefix
         filter_error = wire.filter_result
         self.routes: dict[str, tuple[str, Callable[[bytes], Awaitable[Any]], Callable[[str], Any]]] = {
-            f"{prefix}/filter": ("filter", _sync(service.filter), lambda e: filter_error(error=e)),
+            f"{prefix}/filter": ("filter", service.filter_caught_up, lambda e: filter_error(error=e)),
             f"{prefix}/prioritize": ("prioritize", _sync(service.prioritize), lambda e: []),
             f"{prefix}/preempt": (
                 "preempt",

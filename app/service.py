@@ -29,7 +29,7 @@ from app.objects import ObjectError, pod_from_obj, pod_placement
 from app.queues import QueueUsage
 from scoring import priority_scale
 from scoring.framework import Code, NodeInfo, PodInfo, Status
-from scoring.managed_fit import ManagedResourcesFit
+from scoring.managed_fit import ManagedResourcesFit, insufficient_reason
 from scoring.quantity import QuantityError
 from scoring.resources import parse_resource_list
 from scoring.table import EXACT_LIMIT, Batch, BatchVerdicts
@@ -103,6 +103,12 @@ class ExtenderService:
         self.decisions: deque[dict[str, Any]] = deque(maxlen=config.server.decisionHistory)
         self._pending: OrderedDict[str, PodInfo] = OrderedDict()
         self._pod_memo: OrderedDict[bytes, PodInfo] = OrderedDict()
+        # Filter's lag detection (filter_caught_up): the cache generation at which each pod was last left
+        # with no node, the generation of the last fruitless wait, and the shortages that contradict
+        # kube-scheduler (it counts these resources too, and only sends nodes where they fit).
+        self._rejected: OrderedDict[str, int] = OrderedDict()
+        self._caught_up_at = -1
+        self._lag_reasons = frozenset(insufficient_reason(r) for r in config.scheduler_counted_resources)
         self.metrics.register_cache(self._cache_metrics)
 
     def _cache_metrics(self) -> dict[str, dict[str, float]]:
@@ -210,20 +216,48 @@ class ExtenderService:
 
     # ------------------------------------------------------------------ filter
     def filter(self, body: bytes) -> dict[str, Any]:
+        return self._filter(body)[0]
+
+    async def filter_caught_up(self, body: bytes) -> dict[str, Any]:
+        """``filter``, judged once more after the cache changes when the answer may come from a cache
+        that lags kube-scheduler's.
+
+        kube-scheduler retries an unschedulable pod on a cluster event (a pod deleted, say) that its own
+        informer saw a moment before our watch did. Rejected again on our stale count, the pod would wait
+        for the next event, which in a quiet cluster comes only with the 5-minute flush. So when no node
+        passes and either this pod was rejected before with nothing changed since, or a node
+        kube-scheduler passed is short of a resource both count, wait up to ``cache.catchUpSeconds`` for
+        the cache to move. A wait that times out is not repeated until the cache changes, so an idle
+        backlog costs at most one wait per change.
+        """
+        generation = self.cache.generation
+        result, suspect = self._filter(body)
+        timeout = self.config.cache.catchUpSeconds
+        if not suspect or timeout <= 0 or self._caught_up_at == generation:
+            return result
+        if await self.cache.changed_after(generation, timeout):
+            self.metrics.filter_catch_up.labels("changed").inc()
+            return self._filter(body)[0]
+        self.metrics.filter_catch_up.labels("unchanged").inc()
+        self._caught_up_at = generation
+        return result
+
+    def _filter(self, body: bytes) -> tuple[dict[str, Any], bool]:
+        """The filter answer, and whether it may come from a cache that lags kube-scheduler's."""
         try:
             args = wire.decode_extender_args(body)
             pod = self._pod(args.pod_raw)
         except wire.WireError as exc:
             self._record("filter", "?", "error", error=str(exc))
-            return wire.filter_result(error=f"invalid filter request: {exc}")
+            return wire.filter_result(error=f"invalid filter request: {exc}"), False
         not_ready = self.not_ready_reason()
         if not_ready:
             if self.config.cache.notReadyPolicy == "Fail":
                 self._record("filter", pod.key, "not-ready", error=not_ready)
-                return wire.filter_result(error=f"GPU extender not ready: {not_ready}")
+                return wire.filter_result(error=f"GPU extender not ready: {not_ready}"), False
             self._record("filter", pod.key, "not-ready-pass", error=not_ready)
             candidates = _Candidates.of(args)
-            return candidates.result(candidates.names)
+            return candidates.result(candidates.names), False
         candidates, verdicts = self._filter_verdicts(pod, args)
         names = candidates.names
         if self.dra is not None and (pod.claims or pod.claims_pending):
@@ -231,7 +265,7 @@ class ExtenderService:
                 self._filter_claims(pod, names, verdicts)
             except AllocationError as exc:
                 self._record("filter", pod.key, "error", error=str(exc))
-                return wire.filter_result(error=f"cannot allocate the claims of pod {pod.key}: {exc}")
+                return wire.filter_result(error=f"cannot allocate the claims of pod {pod.key}: {exc}"), False
         passed = verdicts.passed(names)
         quota = self._quota_rejections(pod, passed)
         if verdicts.rows is not None and not quota:  # prioritize will ask about exactly these
@@ -246,7 +280,16 @@ class ExtenderService:
         for reason, count in reasons.items():
             self.metrics.filter_failures.labels(reason).inc(count)
         self._record("filter", pod.key, "ok", passed=len(passed), failed=reasons)
-        return candidates.result(passed, failed, unresolvable)
+        suspect = False
+        if passed or not names:
+            self._rejected.pop(pod.uid, None)
+        else:
+            suspect = self._rejected.get(pod.uid) == self.cache.generation or not self._lag_reasons.isdisjoint(reasons)
+            self._rejected[pod.uid] = self.cache.generation
+            self._rejected.move_to_end(pod.uid)
+            while len(self._rejected) > _PENDING_PODS:
+                self._rejected.popitem(last=False)
+        return candidates.result(passed, failed, unresolvable), suspect
 
     def _filter_claims(self, pod: PodInfo, names: list[str], verdicts: BatchVerdicts) -> None:
         """DynamicResources on the nodes that passed so far (it is the most expensive check)."""

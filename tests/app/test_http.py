@@ -182,7 +182,7 @@ def test_internal_error_still_answers_200(client_for: Any) -> None:
     def boom(body: bytes) -> Any:
         raise RuntimeError("kaboom")
 
-    service.filter = boom  # type: ignore[method-assign]
+    service._filter = boom  # type: ignore[method-assign]
     client = client_for(service)
     answer = client.post("/filter", content=filter_body(pod_obj("p"), ["g1"])).json()
     assert answer["Error"] == "internal error in the GPU extender: RuntimeError: kaboom"

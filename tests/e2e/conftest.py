@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -124,6 +124,18 @@ class Group:
 
         return wait_for(f"pods {', '.join(names)} bound", bound, timeout)
 
+    def wait_some_bound(self, names: Sequence[str], count: int, timeout: float = 30.0) -> list[str]:
+        """Wait until ``count`` of ``names`` are bound (which ones depends on the order binds arrive in)."""
+
+        def bound() -> list[str] | None:
+            nodes = {p["metadata"]["name"]: p["spec"].get("nodeName") for p in self.pods()}
+            done = [n for n in names if nodes.get(n)]
+            return done if len(done) >= count else None
+
+        done = wait_for(f"{count} of {', '.join(names)} bound", bound, timeout)
+        assert len(done) == count, f"more than {count} bound: {done}"
+        return done
+
     def wait_unschedulable(self, name: str, timeout: float = 30.0) -> str:
         """Wait until kube-scheduler marks the pod unschedulable; the condition's message."""
 
@@ -189,3 +201,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             pods = {p["metadata"]["name"]: (p["spec"].get("nodeName"), (p.get("status") or {}).get("conditions"))
                     for p in group.pods()}  # fmt: skip
             report.sections.append(("pods of the group", repr(pods)))
+            try:
+                decisions = group.cluster.extender.get("/debug").json().get("decisions", [])[-25:]
+                report.sections.append(("extender decisions (last 25)", "\n".join(map(repr, decisions))))
+            except Exception as exc:  # the extender may be the thing that broke
+                report.sections.append(("extender decisions", repr(exc)))

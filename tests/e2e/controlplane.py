@@ -20,6 +20,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ __all__ = [
     "free_port",
     "locate_binaries",
     "scheduler_config",
+    "until_equal",
     "wait_for",
 ]
 
@@ -133,17 +135,33 @@ def free_port() -> int:
 def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 30.0, interval: float = 0.05) -> T:
     """Poll ``probe`` until it returns something other than None/False; fail naming ``what``."""
     deadline = time.monotonic() + timeout
-    last_error: Exception | None = None
+    last: object = None
     while True:
         try:
             value = probe()
             if value is not None and value is not False:
                 return value
+            last = value
         except (httpx.HTTPError, OSError, KeyError, ValueError) as exc:
-            last_error = exc
+            last = exc
         if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}" + (f" ({last_error})" if last_error else ""))
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
         time.sleep(interval)
+
+
+def until_equal(what: str, read: Callable[[], T], expected: T, timeout: float = 30.0) -> T:
+    """Poll ``read`` until it returns ``expected``; on timeout the message shows the last value read."""
+    seen: list[T] = []
+
+    def probe() -> bool:
+        seen[:] = [read()]
+        return seen[0] == expected
+
+    try:
+        wait_for(what, probe, timeout)
+    except TimeoutError as exc:
+        raise TimeoutError(f"{exc}; expected {expected!r}, last read {seen[0] if seen else None!r}") from None
+    return expected
 
 
 @dataclass
@@ -172,10 +190,11 @@ class Proc:
     def alive(self) -> bool:
         return self.popen is not None and self.popen.poll() is None
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def stop(self, timeout: float = 10.0, *, kill: bool = False) -> None:
+        """SIGTERM (SIGKILL with ``kill``: a crash), then SIGKILL if it outlives ``timeout``."""
         if self.popen is None or self.popen.poll() is not None:
             return
-        self.popen.send_signal(signal.SIGTERM)
+        self.popen.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
         try:
             self.popen.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -265,7 +284,9 @@ def resource_path(obj: Mapping[str, Any], namespace: str) -> str:
     return f"{prefix}/namespaces/{namespace}/{plural}" if namespaced else f"{prefix}/{plural}"
 
 
-def kubeconfig(server: str, user: Mapping[str, Any], *, ca: Path | None = None, insecure: bool = False) -> dict[str, Any]:
+def kubeconfig(
+    server: str, user: Mapping[str, Any], *, ca: Path | None = None, insecure: bool = False
+) -> dict[str, Any]:
     cluster: dict[str, Any] = {"server": server}
     if insecure:
         cluster["insecure-skip-tls-verify"] = True
@@ -281,7 +302,9 @@ def kubeconfig(server: str, user: Mapping[str, Any], *, ca: Path | None = None, 
     }
 
 
-def scheduler_config(kubeconfig_path: Path, extender_port: int, source: Path = DEPLOY / "kube-scheduler-config.yaml") -> dict[str, Any]:
+def scheduler_config(
+    kubeconfig_path: Path, extender_port: int, source: Path = DEPLOY / "kube-scheduler-config.yaml"
+) -> dict[str, Any]:
     """deploy/kube-scheduler-config.yaml with what loopback needs: a kubeconfig and the extender's port."""
     config: dict[str, Any] = yaml.safe_load(source.read_text())
     config["clientConnection"] = {"kubeconfig": str(kubeconfig_path)}
@@ -342,6 +365,8 @@ class ControlPlane:
     procs: dict[str, Proc] = field(default_factory=dict)
     pki: Pki | None = None
     _admin: Api | None = None
+    _stopping: threading.Event = field(default_factory=threading.Event)
+    _restart_on_exit: set[str] = field(default_factory=set)
 
     @property
     def url(self) -> str:
@@ -364,7 +389,9 @@ class ControlPlane:
         self.pki = make_pki(self.workdir / "pki", "e2e-client-ca")
         sa_key, sa_pub = self.workdir / "sa.key", self.workdir / "sa.pub"
         subprocess.run(["openssl", "genrsa", "-out", str(sa_key), "2048"], check=True, capture_output=True)
-        subprocess.run(["openssl", "rsa", "-in", str(sa_key), "-pubout", "-out", str(sa_pub)], check=True, capture_output=True)
+        subprocess.run(
+            ["openssl", "rsa", "-in", str(sa_key), "-pubout", "-out", str(sa_pub)], check=True, capture_output=True
+        )
         (self.workdir / "tokens.csv").write_text(f'{ADMIN_TOKEN},e2e-admin,e2e-admin,"system:masters"\n')
         self._start_etcd()
         self.start_apiserver()
@@ -411,17 +438,27 @@ class ControlPlane:
 
         wait_for("kube-apiserver /readyz", ready, 60)
 
-    def stop_apiserver(self) -> None:
-        self.procs["kube-apiserver"].stop()
+    def stop_apiserver(self, *, crash: bool = False) -> None:
+        self.procs["kube-apiserver"].stop(kill=crash)
         if self._admin is not None:
             self._admin.close()
             self._admin = None
 
-    def restart_apiserver(self) -> None:
-        self.stop_apiserver()
+    def restart_apiserver(self, *, crash: bool = False) -> None:
+        self.stop_apiserver(crash=crash)
         self.start_apiserver()
 
+    def _supervise(self) -> None:
+        """Restart components that exit on their own, as the kubelet would (kube-scheduler exits when it
+        cannot renew its lease, e.g. while the API server restarts)."""
+        while not self._stopping.wait(0.5):
+            for name in self._restart_on_exit:
+                proc = self.procs.get(name)
+                if proc is not None and proc.popen is not None and proc.popen.poll() is not None:
+                    proc.start()
+
     def stop(self) -> None:
+        self._stopping.set()
         for name in ("kube-scheduler", "kube-controller-manager", "extender", "kube-apiserver", "etcd"):
             proc = self.procs.pop(name, None)
             if proc is not None:
@@ -458,12 +495,16 @@ class ControlPlane:
         proc = Proc("kube-scheduler", [
             str(self.binaries["kube-scheduler"]), f"--config={path}",
             "--bind-address=127.0.0.1", f"--secure-port={free_port()}",
+            f"-v={os.environ.get('KUBE_E2E_SCHEDULER_V', '0')}",  # raise to debug a failing scenario
             f"--write-config-to={self.workdir / 'kube-scheduler-effective.yaml'}",
         ], self.workdir / "logs" / "kube-scheduler.log")  # fmt: skip
         # --write-config-to makes the binary write the effective config and exit: run it once for that.
         subprocess.run(proc.argv, check=True, capture_output=True, timeout=60)
         proc.argv = proc.argv[:-1]
         self.procs["kube-scheduler"] = proc.start()
+        if not self._restart_on_exit:
+            threading.Thread(target=self._supervise, name="supervisor", daemon=True).start()
+        self._restart_on_exit.add("kube-scheduler")
         return proc
 
     def effective_scheduler_config(self) -> dict[str, Any]:

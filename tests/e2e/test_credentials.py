@@ -39,7 +39,9 @@ def _list_nodes(kube: KubeClient) -> int:
     return asyncio.run(run())
 
 
-def _from_kubeconfig(plane: ControlPlane, tmp_path: Path, user: dict[str, Any], *, insecure: bool = False) -> KubeClient:
+def _from_kubeconfig(
+    plane: ControlPlane, tmp_path: Path, user: dict[str, Any], *, insecure: bool = False
+) -> KubeClient:
     return KubeClient.from_kubeconfig(str(plane.write_kubeconfig(tmp_path / "kubeconfig", user, insecure=insecure)))
 
 
@@ -100,7 +102,9 @@ def test_exec_plugin_client_certificate(plane: ControlPlane, tmp_path: Path) -> 
 def test_client_certificate(plane: ControlPlane, tmp_path: Path, insecure: bool) -> None:
     """A certificate for the ServiceAccount's user name (RBAC matches the name, whatever authenticated it)."""
     assert plane.pki is not None
-    cert, key = plane.pki.issue(f"client-{insecure}", extensions="extendedKeyUsage=clientAuth", subject=f"/CN={SA_USER}")
+    cert, key = plane.pki.issue(
+        f"client-{insecure}", extensions="extendedKeyUsage=clientAuth", subject=f"/CN={SA_USER}"
+    )
     user = {"client-certificate": str(cert), "client-key": str(key)}
     assert _list_nodes(_from_kubeconfig(plane, tmp_path, user, insecure=insecure)) == 200
 
