@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test lint bench clean
+.PHONY: run test unit e2e lint bench cluster-up cluster-down clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,8 +15,17 @@ $(VENV)/.installed: pyproject.toml
 run: $(VENV)/.installed
 	$(VENV)/bin/kube-gpu-extender serve --snapshot examples/cluster.yaml --config examples/config.yaml --log-format text
 
+# Everything: unit tests, then the end-to-end suite against a real control plane (tests/e2e; the
+# Kubernetes binaries come from KUBE_BIN_DIR, default ../shared/k8s; skipped with a message if absent,
+# failed instead with KUBE_E2E_REQUIRED=1, as in CI).
 test: $(VENV)/.installed
 	$(PY) -m pytest
+
+unit: $(VENV)/.installed
+	$(PY) -m pytest --ignore=tests/e2e
+
+e2e: $(VENV)/.installed
+	$(PY) -m pytest tests/e2e
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .

@@ -61,10 +61,15 @@ def cluster(binaries: dict[str, Path], tmp_path_factory: pytest.TempPathFactory)
     try:
         plane.start()
         for name, value in PRIORITY_CLASSES.items():
-            plane.admin.create("/apis/scheduling.k8s.io/v1/priorityclasses", {
-                "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
-                "metadata": {"name": name}, "value": value,
-            })  # fmt: skip
+            plane.admin.create(
+                "/apis/scheduling.k8s.io/v1/priorityclasses",
+                {
+                    "apiVersion": "scheduling.k8s.io/v1",
+                    "kind": "PriorityClass",
+                    "metadata": {"name": name},
+                    "value": value,
+                },
+            )
         plane.start_controller_manager()
         extender = plane.start_extender(extender_config())
         plane.start_scheduler(extender.port)
@@ -89,8 +94,15 @@ class Group:
     def selector(self) -> dict[str, str]:
         return {GROUP_LABEL: self.name}
 
-    def node(self, suffix: str, *, gpus: int | None = 8, cpu: str = "64", memory: str = "512Gi",
-             labels: dict[str, str] | None = None) -> str:  # fmt: skip
+    def node(
+        self,
+        suffix: str,
+        *,
+        gpus: int | None = 8,
+        cpu: str = "64",
+        memory: str = "512Gi",
+        labels: dict[str, str] | None = None,
+    ) -> str:
         name = f"{self.name}-{suffix}"
         allocatable = {"cpu": cpu, "memory": memory, "pods": "110"}
         if gpus is not None:
@@ -198,8 +210,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         for name, proc in plane.procs.items():
             report.sections.append((f"{name} log (tail)", proc.tail(40)))
         if isinstance(group, Group):
-            pods = {p["metadata"]["name"]: (p["spec"].get("nodeName"), (p.get("status") or {}).get("conditions"))
-                    for p in group.pods()}  # fmt: skip
+            pods = {
+                p["metadata"]["name"]: (p["spec"].get("nodeName"), (p.get("status") or {}).get("conditions"))
+                for p in group.pods()
+            }
             report.sections.append(("pods of the group", repr(pods)))
             try:
                 decisions = group.cluster.extender.get("/debug").json().get("decisions", [])[-25:]

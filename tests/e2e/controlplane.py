@@ -224,8 +224,10 @@ class Api:
 
     def _check(self, response: httpx.Response, ok: tuple[int, ...] = (200, 201)) -> dict[str, Any]:
         if response.status_code not in ok:
-            raise ApiStatus(response.status_code, f"{response.request.method} {response.request.url.path}: "
-                            f"{response.status_code} {response.text[:500]}")  # fmt: skip
+            raise ApiStatus(
+                response.status_code,
+                f"{response.request.method} {response.request.url.path}: {response.status_code} {response.text[:500]}",
+            )
         body: dict[str, Any] = response.json() if response.content else {}
         return body
 
@@ -402,30 +404,50 @@ class ControlPlane:
 
     def _start_etcd(self) -> None:
         peer = free_port()
-        self.procs["etcd"] = Proc("etcd", [
-            str(self.binaries["etcd"]), "--data-dir", str(self.workdir / "etcd"),
-            "--listen-client-urls", f"http://127.0.0.1:{self.etcd_port}",
-            "--advertise-client-urls", f"http://127.0.0.1:{self.etcd_port}",
-            "--listen-peer-urls", f"http://127.0.0.1:{peer}",
-            "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
-            "--initial-cluster", f"default=http://127.0.0.1:{peer}",
-            "--log-level", "warn",
-        ], self.workdir / "logs" / "etcd.log").start()  # fmt: skip
+        self.procs["etcd"] = Proc(
+            "etcd",
+            [
+                str(self.binaries["etcd"]),
+                "--data-dir",
+                str(self.workdir / "etcd"),
+                "--listen-client-urls",
+                f"http://127.0.0.1:{self.etcd_port}",
+                "--advertise-client-urls",
+                f"http://127.0.0.1:{self.etcd_port}",
+                "--listen-peer-urls",
+                f"http://127.0.0.1:{peer}",
+                "--initial-advertise-peer-urls",
+                f"http://127.0.0.1:{peer}",
+                "--initial-cluster",
+                f"default=http://127.0.0.1:{peer}",
+                "--log-level",
+                "warn",
+            ],
+            self.workdir / "logs" / "etcd.log",
+        ).start()
 
     def start_apiserver(self) -> None:
         assert self.pki is not None
-        self.procs["kube-apiserver"] = Proc("kube-apiserver", [
-            str(self.binaries["kube-apiserver"]),
-            f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
-            "--bind-address=127.0.0.1", f"--secure-port={self.api_port}", "--advertise-address=127.0.0.1",
-            "--endpoint-reconciler-type=none", f"--cert-dir={self.workdir / 'apiserver-certs'}",
-            f"--token-auth-file={self.workdir / 'tokens.csv'}", f"--client-ca-file={self.pki.ca}",
-            "--authorization-mode=RBAC",
-            "--service-account-issuer=https://kubernetes.default.svc",
-            f"--service-account-key-file={self.workdir / 'sa.pub'}",
-            f"--service-account-signing-key-file={self.workdir / 'sa.key'}",
-            "--service-cluster-ip-range=10.0.0.0/24",
-        ], self.workdir / "logs" / "kube-apiserver.log").start()  # fmt: skip
+        self.procs["kube-apiserver"] = Proc(
+            "kube-apiserver",
+            [
+                str(self.binaries["kube-apiserver"]),
+                f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={self.api_port}",
+                "--advertise-address=127.0.0.1",
+                "--endpoint-reconciler-type=none",
+                f"--cert-dir={self.workdir / 'apiserver-certs'}",
+                f"--token-auth-file={self.workdir / 'tokens.csv'}",
+                f"--client-ca-file={self.pki.ca}",
+                "--authorization-mode=RBAC",
+                "--service-account-issuer=https://kubernetes.default.svc",
+                f"--service-account-key-file={self.workdir / 'sa.pub'}",
+                f"--service-account-signing-key-file={self.workdir / 'sa.key'}",
+                "--service-cluster-ip-range=10.0.0.0/24",
+            ],
+            self.workdir / "logs" / "kube-apiserver.log",
+        ).start()
 
         def ready() -> bool:
             proc = self.procs["kube-apiserver"]
@@ -433,8 +455,15 @@ class ControlPlane:
                 raise RuntimeError(f"kube-apiserver exited:\n{proc.tail()}")
             if not self.serving_ca.exists():
                 return False
-            return httpx.get(self.url + "/readyz", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
-                             verify=ssl.create_default_context(cafile=str(self.serving_ca)), timeout=5).status_code == 200  # fmt: skip
+            return (
+                httpx.get(
+                    self.url + "/readyz",
+                    headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+                    verify=ssl.create_default_context(cafile=str(self.serving_ca)),
+                    timeout=5,
+                ).status_code
+                == 200
+            )
 
         wait_for("kube-apiserver /readyz", ready, 60)
 
@@ -470,8 +499,11 @@ class ControlPlane:
 
     # ------------------------------------------------------------------ identities
     def service_account_token(self, namespace: str, name: str, seconds: int = 86400) -> str:
-        request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-                   "spec": {"expirationSeconds": seconds}}  # fmt: skip
+        request = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": seconds},
+        }
         answer = self.admin.create(f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token", request)
         token: str = answer["status"]["token"]
         return token
@@ -492,12 +524,18 @@ class ControlPlane:
         config = scheduler_config(self.extender_kubeconfig(), extender_port, source)
         path = self.workdir / "kube-scheduler-config.yaml"
         path.write_text(yaml.safe_dump(config))
-        proc = Proc("kube-scheduler", [
-            str(self.binaries["kube-scheduler"]), f"--config={path}",
-            "--bind-address=127.0.0.1", f"--secure-port={free_port()}",
-            f"-v={os.environ.get('KUBE_E2E_SCHEDULER_V', '0')}",  # raise to debug a failing scenario
-            f"--write-config-to={self.workdir / 'kube-scheduler-effective.yaml'}",
-        ], self.workdir / "logs" / "kube-scheduler.log")  # fmt: skip
+        proc = Proc(
+            "kube-scheduler",
+            [
+                str(self.binaries["kube-scheduler"]),
+                f"--config={path}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={free_port()}",
+                f"-v={os.environ.get('KUBE_E2E_SCHEDULER_V', '0')}",  # raise to debug a failing scenario
+                f"--write-config-to={self.workdir / 'kube-scheduler-effective.yaml'}",
+            ],
+            self.workdir / "logs" / "kube-scheduler.log",
+        )
         # --write-config-to makes the binary write the effective config and exit: run it once for that.
         subprocess.run(proc.argv, check=True, capture_output=True, timeout=60)
         proc.argv = proc.argv[:-1]
@@ -513,24 +551,54 @@ class ControlPlane:
 
     def start_controller_manager(self, controllers: str = "resourceclaim-controller") -> Proc:
         path = self.write_kubeconfig(self.workdir / "admin.kubeconfig", {"token": ADMIN_TOKEN})
-        proc = Proc("kube-controller-manager", [
-            str(self.binaries["kube-controller-manager"]), f"--kubeconfig={path}", f"--controllers={controllers}",
-            "--bind-address=127.0.0.1", f"--secure-port={free_port()}", "--leader-elect=false",
-        ], self.workdir / "logs" / "kube-controller-manager.log")  # fmt: skip
+        proc = Proc(
+            "kube-controller-manager",
+            [
+                str(self.binaries["kube-controller-manager"]),
+                f"--kubeconfig={path}",
+                f"--controllers={controllers}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={free_port()}",
+                "--leader-elect=false",
+            ],
+            self.workdir / "logs" / "kube-controller-manager.log",
+        )
         self.procs["kube-controller-manager"] = proc.start()
         return proc
 
-    def start_extender(self, config: Mapping[str, Any], *, port: int | None = None, kubeconfig_path: Path | None = None,
-                       log_level: str = "info", wait: bool = True) -> Extender:  # fmt: skip
+    def start_extender(
+        self,
+        config: Mapping[str, Any],
+        *,
+        port: int | None = None,
+        kubeconfig_path: Path | None = None,
+        log_level: str = "info",
+        wait: bool = True,
+    ) -> Extender:
         """``kube-gpu-extender serve`` under the ServiceAccount of deploy/rbac.yaml."""
         port = port or free_port()
         config_path = self.workdir / "extender-config.yaml"
         config_path.write_text(yaml.safe_dump(dict(config)))
         kubeconfig_path = kubeconfig_path or self.extender_kubeconfig()
-        proc = Proc("extender", [
-            sys.executable, "-m", "app.cli", "serve", "--config", str(config_path),
-            "--kubeconfig", str(kubeconfig_path), "--port", str(port), "--log-level", log_level,
-        ], self.workdir / "logs" / "extender.log", env={"PYTHONPATH": str(REPO)})  # fmt: skip
+        proc = Proc(
+            "extender",
+            [
+                sys.executable,
+                "-m",
+                "app.cli",
+                "serve",
+                "--config",
+                str(config_path),
+                "--kubeconfig",
+                str(kubeconfig_path),
+                "--port",
+                str(port),
+                "--log-level",
+                log_level,
+            ],
+            self.workdir / "logs" / "extender.log",
+            env={"PYTHONPATH": str(REPO)},
+        )
         old = self.procs.pop("extender", None)
         if old is not None:
             old.stop()
@@ -543,10 +611,15 @@ class ControlPlane:
     # ------------------------------------------------------------------ objects
     def add_node(self, name: str, allocatable: Mapping[str, str], labels: Mapping[str, str] | None = None) -> None:
         """A Node as a kubelet would leave it: capacity/allocatable in status, no not-ready taint."""
-        self.admin.create("/api/v1/nodes", {"apiVersion": "v1", "kind": "Node",
-                                            "metadata": {"name": name, "labels": dict(labels or {})}})  # fmt: skip
-        status = {"capacity": dict(allocatable), "allocatable": dict(allocatable),
-                  "conditions": [{"type": "Ready", "status": "True", "reason": "E2E", "message": "no kubelet"}]}  # fmt: skip
+        self.admin.create(
+            "/api/v1/nodes",
+            {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": dict(labels or {})}},
+        )
+        status = {
+            "capacity": dict(allocatable),
+            "allocatable": dict(allocatable),
+            "conditions": [{"type": "Ready", "status": "True", "reason": "E2E", "message": "no kubelet"}],
+        }
         self.admin.patch(f"/api/v1/nodes/{name}/status", {"status": status}, kind="strategic-merge")
         # TaintNodesByCondition adds node.kubernetes.io/not-ready on create; no node controller clears it.
         self.admin.patch(f"/api/v1/nodes/{name}", {"spec": {"taints": None}})
@@ -554,20 +627,34 @@ class ControlPlane:
     def add_namespace(self, name: str) -> None:
         self.admin.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
         # No serviceaccount controller: the ServiceAccount admission plugin wants "default" to exist.
-        self.admin.create(f"/api/v1/namespaces/{name}/serviceaccounts",
-                          {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}})  # fmt: skip
+        self.admin.create(
+            f"/api/v1/namespaces/{name}/serviceaccounts",
+            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}},
+        )
 
 
-def pod_manifest(name: str, *, gpus: int = 0, cpu: str = "1", memory: str = "1Gi", priority_class: str | None = None,
-                 node_selector: Mapping[str, str] | None = None, labels: Mapping[str, str] | None = None,
-                 scheduler: str = SCHEDULER_NAME, claims: list[dict[str, Any]] | None = None) -> dict[str, Any]:  # fmt: skip
+def pod_manifest(
+    name: str,
+    *,
+    gpus: int = 0,
+    cpu: str = "1",
+    memory: str = "1Gi",
+    priority_class: str | None = None,
+    node_selector: Mapping[str, str] | None = None,
+    labels: Mapping[str, str] | None = None,
+    scheduler: str = SCHEDULER_NAME,
+    claims: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     """A pod for the gpu-scheduler profile: one container with requests (= limits for GPUs)."""
     requests: dict[str, str] = {"cpu": cpu, "memory": memory}
     limits: dict[str, str] = {}
     if gpus:
         requests["nvidia.com/gpu"] = limits["nvidia.com/gpu"] = str(gpus)
-    container: dict[str, Any] = {"name": "main", "image": "registry.k8s.io/pause:3.10",
-                                 "resources": {"requests": requests, **({"limits": limits} if limits else {})}}  # fmt: skip
+    container: dict[str, Any] = {
+        "name": "main",
+        "image": "registry.k8s.io/pause:3.10",
+        "resources": {"requests": requests, **({"limits": limits} if limits else {})},
+    }
     spec: dict[str, Any] = {"schedulerName": scheduler, "containers": [container], "terminationGracePeriodSeconds": 0}
     if node_selector:
         spec["nodeSelector"] = dict(node_selector)

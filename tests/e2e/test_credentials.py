@@ -77,11 +77,18 @@ def _exec_plugin(tmp_path: Path, output: dict[str, Any]) -> dict[str, Any]:
         f"runs = pathlib.Path({str(tmp_path / 'runs')!r})\n"
         "runs.write_text(str(int(runs.read_text() or 0) + 1) if runs.exists() else '1')\n"
         f"status = json.loads(pathlib.Path({str(tmp_path / 'status.json')!r}).read_text())\n"
-        "print(json.dumps({'apiVersion': 'client.authentication.k8s.io/v1', 'kind': 'ExecCredential', 'status': status}))\n"
+        "credential = {'apiVersion': 'client.authentication.k8s.io/v1', 'kind': 'ExecCredential'}\n"
+        "print(json.dumps({**credential, 'status': status}))\n"
     )
     (tmp_path / "status.json").write_text(json.dumps(output))
-    return {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": sys.executable,
-                     "args": [str(script)], "interactiveMode": "Never"}}  # fmt: skip
+    return {
+        "exec": {
+            "apiVersion": "client.authentication.k8s.io/v1",
+            "command": sys.executable,
+            "args": [str(script)],
+            "interactiveMode": "Never",
+        }
+    }
 
 
 def test_exec_plugin_token_refreshed_when_it_expires(plane: ControlPlane, token: str, tmp_path: Path) -> None:
@@ -112,8 +119,10 @@ def test_client_certificate(plane: ControlPlane, tmp_path: Path, insecure: bool)
 def test_client_certificate_data_inline(plane: ControlPlane, tmp_path: Path) -> None:
     assert plane.pki is not None
     cert, key = plane.pki.issue("inline", extensions="extendedKeyUsage=clientAuth", subject=f"/CN={SA_USER}")
-    user = {"client-certificate-data": base64.b64encode(cert.read_bytes()).decode(),
-            "client-key-data": base64.b64encode(key.read_bytes()).decode()}  # fmt: skip
+    user = {
+        "client-certificate-data": base64.b64encode(cert.read_bytes()).decode(),
+        "client-key-data": base64.b64encode(key.read_bytes()).decode(),
+    }
     assert _list_nodes(_from_kubeconfig(plane, tmp_path, user)) == 200
 
 
@@ -122,13 +131,20 @@ def two_service_accounts(plane: ControlPlane) -> Iterator[tuple[str, str]]:
     """ServiceAccounts rot-a and rot-b in kube-system, both with the extender's ClusterRole."""
     names = ("e2e-rot-a", "e2e-rot-b")
     for name in names:
-        plane.admin.create("/api/v1/namespaces/kube-system/serviceaccounts",
-                           {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}})  # fmt: skip
-    plane.admin.create("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "e2e-rot"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kube-gpu-extender"},
-        "subjects": [{"kind": "ServiceAccount", "name": n, "namespace": "kube-system"} for n in names],
-    })  # fmt: skip
+        plane.admin.create(
+            "/api/v1/namespaces/kube-system/serviceaccounts",
+            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}},
+        )
+    plane.admin.create(
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": "e2e-rot"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kube-gpu-extender"},
+            "subjects": [{"kind": "ServiceAccount", "name": n, "namespace": "kube-system"} for n in names],
+        },
+    )
     try:
         yield names
     finally:

@@ -20,17 +20,30 @@ def _dra_node(group: Group) -> tuple[str, str]:
     """A node whose GPUs are published through DRA: a preferred slice (gpu-0) and a fallback (gpu-9)."""
     driver = f"{group.name}.gpu.example.com"
     node = group.node("dra", gpus=None)
-    group.api.create(f"{RESOURCE}/deviceclasses", {
-        "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": driver},
-        "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]},
-    })  # fmt: skip
+    group.api.create(
+        f"{RESOURCE}/deviceclasses",
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": driver},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]},
+        },
+    )
     for slice_name, devices, priority in (("fallback", ["gpu-9"], "0"), ("preferred", ["gpu-0"], "1")):
-        group.api.create(f"{RESOURCE}/resourceslices", {
-            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
-            "metadata": {"name": f"{node}-{slice_name}", "annotations": {PRIORITY: priority}},
-            "spec": {"driver": driver, "nodeName": node, "pool": {"name": node, "generation": 1, "resourceSliceCount": 2},
-                     "devices": _devices(devices)},
-        })  # fmt: skip
+        group.api.create(
+            f"{RESOURCE}/resourceslices",
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceSlice",
+                "metadata": {"name": f"{node}-{slice_name}", "annotations": {PRIORITY: priority}},
+                "spec": {
+                    "driver": driver,
+                    "nodeName": node,
+                    "pool": {"name": node, "generation": 1, "resourceSliceCount": 2},
+                    "devices": _devices(devices),
+                },
+            },
+        )
     return node, driver
 
 
@@ -61,10 +74,15 @@ def test_direct_claim_is_allocated_by_priority_reserved_and_freed(group: Group) 
     node, driver = _dra_node(group)
     try:
         for name in ("c1", "c2"):
-            group.api.create(f"{RESOURCE}/namespaces/{group.name}/resourceclaims", {
-                "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name},
-                "spec": _claim_spec(driver),
-            })  # fmt: skip
+            group.api.create(
+                f"{RESOURCE}/namespaces/{group.name}/resourceclaims",
+                {
+                    "apiVersion": "resource.k8s.io/v1",
+                    "kind": "ResourceClaim",
+                    "metadata": {"name": name},
+                    "spec": _claim_spec(driver),
+                },
+            )
         pod = group.pod("p1", claims=[{"name": "gpu", "resourceClaimName": "c1"}])
         assert group.wait_bound("p1") == {"p1": node}
         claim = _claim(group, "c1")
@@ -74,10 +92,15 @@ def test_direct_claim_is_allocated_by_priority_reserved_and_freed(group: Group) 
         group.pod("p2", claims=[{"name": "gpu", "resourceClaimName": "c2"}])
         group.wait_bound("p2")
         assert _allocated_devices(_claim(group, "c2")) == ["gpu-9"]
-        group.api.create(f"{RESOURCE}/namespaces/{group.name}/resourceclaims", {
-            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "c3"},
-            "spec": _claim_spec(driver),
-        })  # fmt: skip
+        group.api.create(
+            f"{RESOURCE}/namespaces/{group.name}/resourceclaims",
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {"name": "c3"},
+                "spec": _claim_spec(driver),
+            },
+        )
         group.pod("p3", claims=[{"name": "gpu", "resourceClaimName": "c3"}])
         assert "cannot allocate all claims" in group.wait_unschedulable("p3")
         # Freed: the claim controller drops the deleted pod's reservation and deallocates c1.
@@ -92,10 +115,15 @@ def test_direct_claim_is_allocated_by_priority_reserved_and_freed(group: Group) 
 def test_claim_from_a_template_is_created_allocated_and_reserved(group: Group) -> None:
     node, driver = _dra_node(group)
     try:
-        group.api.create(f"{RESOURCE}/namespaces/{group.name}/resourceclaimtemplates", {
-            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": "one-gpu"},
-            "spec": {"spec": _claim_spec(driver)},
-        })  # fmt: skip
+        group.api.create(
+            f"{RESOURCE}/namespaces/{group.name}/resourceclaimtemplates",
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaimTemplate",
+                "metadata": {"name": "one-gpu"},
+                "spec": {"spec": _claim_spec(driver)},
+            },
+        )
         pod = group.pod("p1", claims=[{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}])
         assert group.wait_bound("p1") == {"p1": node}
         statuses = group.get_pod("p1")["status"]["resourceClaimStatuses"]  # type: ignore[index]

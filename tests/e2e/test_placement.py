@@ -65,8 +65,16 @@ def test_the_effective_profile_lets_the_extender_decide(cluster: Cluster) -> Non
     disabled = {p["name"] for p in plugins["score"].get("disabled") or []}
     scoring = {p["name"]: p["weight"] or 1 for p in plugins["multiPoint"]["enabled"] if p["name"] not in disabled}
     scoring.update({p["name"]: p["weight"] or 1 for p in plugins["score"].get("enabled") or []})
-    known_scorers = {"TaintToleration", "NodeAffinity", "NodeResourcesFit", "PodTopologySpread", "InterPodAffinity",
-                     "NodeResourcesBalancedAllocation", "ImageLocality", "VolumeBinding"}  # fmt: skip
+    known_scorers = {
+        "TaintToleration",
+        "NodeAffinity",
+        "NodeResourcesFit",
+        "PodTopologySpread",
+        "InterPodAffinity",
+        "NodeResourcesBalancedAllocation",
+        "ImageLocality",
+        "VolumeBinding",
+    }
     in_tree = sum(w for name, w in scoring.items() if name in known_scorers) * 100
     assert {"NodeResourcesFit", "NodeResourcesBalancedAllocation"} <= disabled
     (extender,) = effective["extenders"]

@@ -31,7 +31,7 @@ def queued(group: Group) -> Iterator[Group]:
                     ]
                 },
             }
-        ],  # fmt: skip
+        ],
         "localQueues": [{"metadata": {"name": "work", "namespace": group.name}, "spec": {"clusterQueue": "team"}}],
     }
     group.cluster.restart_extender(config)
