@@ -49,6 +49,7 @@ __all__ = [
     "SchedulerConfigError",
     "ScorePluginWeight",
     "load_scheduler_config",
+    "load_scheduler_config_argument",
     "parse_scheduler_config",
     "resolve_scheduler_config",
 ]
@@ -486,3 +487,17 @@ def resolve_scheduler_config(argument: str | None) -> Path | None:
             "installed package); pass --scheduler-config FILE, or --scheduler-config none for the extender alone"
         )
     return DEFAULT_SCHEDULER_CONFIG
+
+
+def load_scheduler_config_argument(argument: str | None, profile: str | None = None) -> SchedulerConfig | None:
+    """What ``--scheduler-config`` / ``--profile`` select: None for ``none``; reports name the
+    default file by its repository path."""
+    path = resolve_scheduler_config(argument)
+    if path is None:
+        if profile:
+            raise SchedulerConfigError("--profile needs a scheduler config (not --scheduler-config none)")
+        return None
+    default = argument is None and path == DEFAULT_SCHEDULER_CONFIG
+    return load_scheduler_config(
+        path, profile, source="deploy/kube-scheduler-config.yaml (default)" if default else None
+    )

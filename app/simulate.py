@@ -456,7 +456,7 @@ class _Scheduler:
         if len(passed) == 1:
             return passed[0]  # kube-scheduler neither scores nor calls prioritize
         needs_pod = bool(self.kube.plugins or self.scheduler.extender_managed_resources)
-        info = pod_from_obj(msgspec.json.decode(pod.body)) if needs_pod else None
+        info = self.service.pod_info(pod.body) if needs_pod else None  # parsed by the filter call
         priorities = np.zeros(len(passed), dtype=np.int64)
         if self.kube.extender_weight and (info is None or self.scheduler.interested(info)):
             hosts, scores = self._priorities(pod_part, passed)

@@ -118,20 +118,6 @@ def write_plot(results: Sequence[Any], path: str, title: str) -> None:
     plt.close(figure)
 
 
-def _scheduler_config(args: argparse.Namespace) -> Any:
-    """The SchedulerConfig of --scheduler-config / --profile, or None for the extender alone."""
-    from app.schedconfig import DEFAULT_SCHEDULER_CONFIG, load_scheduler_config, resolve_scheduler_config
-
-    path = resolve_scheduler_config(args.scheduler_config)
-    if path is None:
-        if args.profile:
-            raise ValueError("--profile needs a scheduler config (not --scheduler-config none)")
-        return None
-    default = args.scheduler_config is None and path == DEFAULT_SCHEDULER_CONFIG
-    source = "deploy/kube-scheduler-config.yaml (default)" if default else str(path)
-    return load_scheduler_config(path, args.profile, source=source)
-
-
 def _sampling_note(scheduler: Any, nodes: int) -> str:
     """kube-scheduler scores only a sample of feasible nodes on clusters of 100+ nodes unless the
     profile asks for 100 %; the simulator always scores every feasible node."""
@@ -149,7 +135,7 @@ def run_simulate(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from app.config import load_config
-    from app.schedconfig import SchedulerConfigError
+    from app.schedconfig import SchedulerConfigError, load_scheduler_config_argument
     from app.simulate import (
         POLICIES,
         TraceError,
@@ -167,8 +153,8 @@ def run_simulate(args: argparse.Namespace) -> int:
         return 2
     config = load_config(args.config)
     try:
-        scheduler = _scheduler_config(args)
-    except (SchedulerConfigError, ValueError) as exc:
+        scheduler = load_scheduler_config_argument(args.scheduler_config, args.profile)
+    except SchedulerConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     try:

@@ -16,7 +16,7 @@ import pstats
 import sys
 
 from app.config import load_config
-from app.schedconfig import load_scheduler_config, resolve_scheduler_config
+from app.schedconfig import load_scheduler_config_argument
 from app.simulate import MODES, POLICIES, load_nodes_csv, load_pods, simulate
 
 TARGET_SECONDS = 60.0
@@ -32,8 +32,7 @@ def main() -> int:
     parser.add_argument("--scheduler-profile", metavar="NAME", help="schedulerName of the profile (default: the first)")
     args = parser.parse_args()
     nodes, pods, config = load_nodes_csv(args.nodes), load_pods(args.pods), load_config(None)
-    path = resolve_scheduler_config(args.scheduler_config)
-    scheduler = load_scheduler_config(path, args.scheduler_profile) if path is not None else None
+    scheduler = load_scheduler_config_argument(args.scheduler_config, args.scheduler_profile)
     print(f"{len(nodes)} nodes, {len(pods)} pods, mode {args.mode}, target {TARGET_SECONDS:.0f} s per policy")
     print(f"scheduler config: {scheduler.describe() if scheduler is not None else 'none'}")
     worst = 0.0
