@@ -469,3 +469,16 @@ def test_cli_shows_and_takes_the_scheduler_config(tmp_path: Path, capsys: pytest
     assert "no profile with schedulerName 'nope'" in capsys.readouterr().err
     assert main([*args, "--scheduler-config", "none", "--profile", "x"]) == 2
     assert "--profile needs a scheduler config" in capsys.readouterr().err
+
+
+def test_cli_warns_when_kube_scheduler_would_score_a_sample(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    nodes = write(tmp_path, "nodes.csv", NODE_HEADER + "".join(f"n{i},8000,16384,1,T4\n" for i in range(100)))
+    pods = write(tmp_path, "pods.csv", POD_HEADER + "p,1000,1024,1,1000,,LS,Running,0,,0\n")
+    data = yaml.safe_load(DEFAULT_SCHEDULER_CONFIG.read_text(encoding="utf-8"))
+    del data["profiles"][0]["percentageOfNodesToScore"]  # adaptive: a sample of 100+ nodes
+    sampled = write(tmp_path, "sampled.yaml", yaml.safe_dump(data))
+    args = ["simulate", "--nodes", str(nodes), "--pods", str(pods), "--no-progress", "--policy", "random"]
+    assert main([*args, "--scheduler-config", str(sampled)]) == 0
+    assert "percentageOfNodesToScore is adaptive (unset)" in capsys.readouterr().err
+    assert main(args) == 0  # the shipped profile scores 100 %
+    assert "percentageOfNodesToScore" not in capsys.readouterr().err
