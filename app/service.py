@@ -148,6 +148,11 @@ class ExtenderService:
         _remember(self._pending, pod.uid, pod, _PENDING_PODS)
         return pod
 
+    def pod_info(self, raw: bytes) -> PodInfo:
+        """The pod of a request body's ``Pod`` bytes as the verbs parse it (memoised by those bytes);
+        the simulator reads the pod it just filtered without parsing it again."""
+        return self._pod(raw)
+
     def _node_for(self, pod: PodInfo, name: str, allocatable: Mapping[str, Any] | None) -> NodeInfo | None:
         node = self.cache.node_info(name)
         if node is None and allocatable is not None:

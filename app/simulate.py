@@ -2,15 +2,21 @@
 
 Every pod goes through ``ExtenderService.filter`` → ``prioritize`` → ``bind`` with wire bodies, in
 process, exactly as kube-scheduler would call them; the cache and its node table are the service's
-own. The simulator plays kube-scheduler's part only: it offers the nodes whose GPU model the pod
-accepts (``gpu_spec``, a node-affinity check kube-scheduler does before calling an extender), picks
-the highest priority and breaks ties with a seeded random choice.
+own. The simulator plays kube-scheduler's part: it offers the nodes whose GPU model the pod accepts
+(``gpu_spec``, a node-affinity check kube-scheduler does before calling an extender), then chooses
+among the nodes that passed the extender's filter as kube-scheduler does with the profile of a
+KubeSchedulerConfiguration (``app.schedconfig``): one node left is taken without prioritize;
+otherwise each node's total is the modelled in-tree score plugins (NodeResourcesFit,
+NodeResourcesBalancedAllocation: ``scoring.intree``, ``scoring.balanced``) times their weights plus
+the extender's /prioritize answer · weight · 10, the highest total wins and ties are broken with a
+seeded random choice (``scoring.kube_scheduler``). Without a scheduler config (``scheduler=None``,
+the CLI's ``--scheduler-config none``) the extender's priority alone decides, as before.
 
-Policies differ only in the plugins of the configuration, so baselines run the same code:
+Policies differ only in the plugins of the extender configuration, so baselines run the same code:
 ``fitplus-sra`` (the configured plugins), ``least-allocated`` (kube-scheduler's default
 NodeResourcesFit: LeastAllocated on cpu and memory, weight 1 each), ``most-allocated``
 (MostAllocated on cpu, memory and nvidia.com/gpu, weight 1 each) and ``random`` (no score plugins:
-every feasible node ties, so the seeded tie-break decides).
+every feasible node ties on the extender's priority).
 """
 
 from __future__ import annotations
@@ -25,12 +31,17 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import numpy as np
 
 from app.cache import ClusterCache
 from app.config import ExtenderConfiguration
 from app.objects import NodeObject, ObjectError, node_from_obj, pod_from_obj
+from app.schedconfig import SchedulerConfig
 from app.service import ExtenderService
 from app.snapshot import SnapshotBinder, SnapshotError, read_objects
+from scoring.framework import PodInfo
+from scoring.kube_scheduler import select_host, select_host_batch
+from scoring.table import EXACT_LIMIT, Int64Array
 
 __all__ = [
     "GPU",
@@ -384,15 +395,23 @@ class PolicyResult:
 
 # ---------------------------------------------------------------------------------------- the run
 class _Scheduler:
-    """kube-scheduler's part around one ExtenderService: candidates, the pick, the bind call."""
+    """kube-scheduler's part around one ExtenderService: candidates, the choice, the bind call."""
 
-    def __init__(self, config: ExtenderConfiguration, nodes: Sequence[SimNode], seed: int) -> None:
+    def __init__(
+        self,
+        config: ExtenderConfiguration,
+        nodes: Sequence[SimNode],
+        seed: int,
+        scheduler: SchedulerConfig | None = None,
+    ) -> None:
         self.cache = ClusterCache()
         self.service = ExtenderService(config, self.cache, SnapshotBinder(self.cache))
         for node in nodes:
             self.cache.upsert_node(NodeObject(node.name, dict(node.allocatable), dict(node.labels)))
         self.nodes = {node.name: node for node in nodes}
         self.rng = random.Random(seed)
+        self.scheduler = scheduler
+        self.kube = scheduler.scoring() if scheduler is not None else None
         self._all_names = _encode([node.name for node in nodes])
         self._by_spec: dict[frozenset[str], tuple[bytes, list[str]]] = {}
 
@@ -407,23 +426,64 @@ class _Scheduler:
         return entry
 
     async def schedule(self, pod: SimPod) -> str | None:
-        """Filter, prioritize, pick, bind; the chosen node, or None when no node passes."""
+        """Filter, choose, bind; the chosen node, or None when no node passes."""
         names, _ = self.candidates(pod)
         pod_part = b'{"Pod":' + pod.body + b',"NodeNames":'
-        passed = self.service.filter(pod_part + names + b"}")["NodeNames"]
+        passed: list[str] = self.service.filter(pod_part + names + b"}")["NodeNames"]
         if not passed:
             return None
-        priorities = self.service.prioritize(pod_part + _encode(passed) + b"}")
-        raw = priorities if isinstance(priorities, msgspec.Raw) else _encode(priorities)
-        scores = _decode_priorities.decode(raw)
-        best = max(entry.Score for entry in scores)
-        ties = [entry.Host for entry in scores if entry.Score == best]
-        node: str = ties[0] if len(ties) == 1 else self.rng.choice(ties)
+        node = self._extender_choice(pod_part, passed) if self.kube is None else self._choice(pod, pod_part, passed)
         bind = {"PodName": pod.name, "PodNamespace": pod.namespace, "PodUID": pod.uid, "Node": node}
         answer = await self.service.bind(_encode(bind))
         if answer["Error"]:
             raise RuntimeError(f"bind of {pod.name} to {node} failed: {answer['Error']}")
         return node
+
+    def _priorities(self, pod_part: bytes, passed: list[str]) -> tuple[list[str], list[int]]:
+        """The extender's /prioritize answer: hosts and their priorities, in its order."""
+        answer = self.service.prioritize(pod_part + _encode(passed) + b"}")
+        raw = answer if isinstance(answer, msgspec.Raw) else _encode(answer)
+        entries = _decode_priorities.decode(raw)
+        return [entry.Host for entry in entries], [entry.Score for entry in entries]
+
+    def _extender_choice(self, pod_part: bytes, passed: list[str]) -> str:
+        """No scheduler config: the highest extender priority, ties at random."""
+        return select_host(*self._priorities(pod_part, passed), self.rng.choice)
+
+    def _choice(self, pod: SimPod, pod_part: bytes, passed: list[str]) -> str:
+        """kube-scheduler's choice: one node is taken unscored; else in-tree totals + extender priority."""
+        assert self.kube is not None and self.scheduler is not None
+        if len(passed) == 1:
+            return passed[0]  # kube-scheduler neither scores nor calls prioritize
+        needs_pod = bool(self.kube.plugins or self.scheduler.extender_managed_resources)
+        info = self.service.pod_info(pod.body) if needs_pod else None  # parsed by the filter call
+        priorities = np.zeros(len(passed), dtype=np.int64)
+        if self.kube.extender_weight and (info is None or self.scheduler.interested(info)):
+            hosts, scores = self._priorities(pod_part, passed)
+            if hosts == passed:
+                priorities = np.array(scores, dtype=np.int64)
+            else:  # a node the answer leaves out scores nothing
+                by_host = dict(zip(hosts, scores, strict=True))
+                priorities = np.array([by_host.get(name, 0) for name in passed], dtype=np.int64)
+        plugin_totals = np.zeros(len(passed), dtype=np.int64)
+        if info is not None and self.kube.plugins:
+            plugin_totals = self._plugin_totals(info, passed)
+        return select_host_batch(passed, self.kube.totals_batch(plugin_totals, priorities), self.rng.choice)
+
+    def _plugin_totals(self, pod: PodInfo, passed: list[str]) -> Int64Array:
+        """Σ weight · score of the modelled in-tree plugins per node, from the cache's node table."""
+        assert self.kube is not None
+        table = self.cache.table
+        amounts = [*pod.resources.requests.values(), pod.resources.non_zero_cpu, pod.resources.non_zero_memory]
+        if table.exact and all(abs(v) < EXACT_LIMIT for v in amounts):
+            batch = table.batch(passed)
+            if batch is not None and batch.known.all():
+                totals = self.kube.plugin_totals_batch(pod, batch)
+                if totals is not None:
+                    return totals
+        snapshots = [self.cache.node_info(name) for name in passed]
+        scalar = [self.kube.plugin_total(pod, node) if node is not None else 0 for node in snapshots]
+        return np.array(scalar, dtype=np.int64)
 
     def free_gpus(self, names: Iterable[str]) -> int:
         table = self.cache.table
@@ -459,8 +519,9 @@ async def _run(
     mode: str,
     seed: int,
     progress: Callable[[int], None] | None,
+    scheduler_config: SchedulerConfig | None,
 ) -> PolicyResult:
-    scheduler = _Scheduler(config, nodes, seed)
+    scheduler = _Scheduler(config, nodes, seed, scheduler_config)
     result = PolicyResult(policy, mode, sum(node.gpus for node in nodes))
     placed_on: dict[int, str] = {}
     allocated = 0
@@ -508,13 +569,18 @@ def simulate(
     mode: str = "fill",
     seed: int = 0,
     progress: Callable[[int], None] | None = None,
+    scheduler: SchedulerConfig | None = None,
 ) -> PolicyResult:
-    """Run the whole trace under one policy on a fresh cache; ``progress(n)`` reports handled events."""
+    """Run the whole trace under one policy on a fresh cache; ``progress(n)`` reports handled events.
+
+    ``scheduler``: the kube-scheduler profile that chooses among the nodes that pass the extender's
+    filter (``app.schedconfig.load_scheduler_config``); None lets the extender's priority alone decide.
+    """
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r} (known: {', '.join(MODES)})")
     config = policy_config(base, policy)
     started = time.perf_counter()
-    result = asyncio.run(_run(policy, config, nodes, pods, mode, seed, progress))
+    result = asyncio.run(_run(policy, config, nodes, pods, mode, seed, progress, scheduler))
     result.wall_seconds = time.perf_counter() - started
     return result
 

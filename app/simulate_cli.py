@@ -30,6 +30,14 @@ def add_simulate_parser(commands: Any) -> None:
     )
     simulate.add_argument("--config", help="extender configuration for fitplus-sra; built-in defaults when omitted")
     simulate.add_argument(
+        "--scheduler-config",
+        metavar="FILE|none",
+        help="KubeSchedulerConfiguration whose profile chooses the node as kube-scheduler would (in-tree scores "
+        "+ extender priority x weight x 10); default: the shipped deploy/kube-scheduler-config.yaml; "
+        "none: the extender's priority alone",
+    )
+    simulate.add_argument("--profile", help="schedulerName of the profile to use (default: the first)")
+    simulate.add_argument(
         "--policy",
         action="append",
         help="policy to run (repeatable; default: all of fitplus-sra, least-allocated, most-allocated, random)",
@@ -110,10 +118,24 @@ def write_plot(results: Sequence[Any], path: str, title: str) -> None:
     plt.close(figure)
 
 
+def _sampling_note(scheduler: Any, nodes: int) -> str:
+    """kube-scheduler scores only a sample of feasible nodes on clusters of 100+ nodes unless the
+    profile asks for 100 %; the simulator always scores every feasible node."""
+    percentage = scheduler.percentage_of_nodes_to_score if scheduler is not None else 100
+    if nodes < 100 or (percentage is not None and percentage >= 100):
+        return ""
+    shown = "adaptive (unset)" if not percentage else f"{percentage}%"
+    return (
+        f"note: percentageOfNodesToScore is {shown}: kube-scheduler would stop filtering after a sample of "
+        f"the {nodes} nodes; the simulator filters and scores all of them"
+    )
+
+
 def run_simulate(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from app.config import load_config
+    from app.schedconfig import SchedulerConfigError, load_scheduler_config_argument
     from app.simulate import (
         POLICIES,
         TraceError,
@@ -131,22 +153,40 @@ def run_simulate(args: argparse.Namespace) -> int:
         return 2
     config = load_config(args.config)
     try:
+        scheduler = load_scheduler_config_argument(args.scheduler_config, args.profile)
+    except SchedulerConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
         nodes = load_nodes_csv(args.nodes) if args.nodes else load_snapshot_nodes(args.snapshot)
         pods = load_pods(args.pods)
     except TraceError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    note = _sampling_note(scheduler, len(nodes))
+    if note:
+        print(note, file=sys.stderr)
     results = []
     quiet = args.no_progress or not sys.stderr.isatty()
     for policy in policies:
         with tqdm(total=event_count(pods, args.mode), desc=policy, unit="ev", file=sys.stderr, disable=quiet) as bar:
-            result = simulate(policy, config, nodes, pods, mode=args.mode, seed=args.seed, progress=bar.update)
+            result = simulate(
+                policy, config, nodes, pods, mode=args.mode, seed=args.seed, progress=bar.update, scheduler=scheduler
+            )
             bar.update(bar.total - bar.n)
         results.append(result)
+    used = scheduler.describe() if scheduler is not None else "none (the extender's priority alone decides)"
     if args.json:
-        print(json.dumps({"nodes": len(nodes), "pods": len(pods), "results": [r.to_json() for r in results]}, indent=2))
+        report = {
+            "nodes": len(nodes),
+            "pods": len(pods),
+            "schedulerConfig": scheduler.to_json() if scheduler is not None else None,
+            "results": [r.to_json() for r in results],
+        }
+        print(json.dumps(report, indent=2))
     else:
         print(f"{len(nodes)} nodes, {sum(r.total_gpus for r in results[:1])} GPUs, {len(pods)} pods, mode {args.mode}")
+        print(f"scheduler config: {used}")
         print(format_table(results))
     if args.plot:
         write_plot(results, args.plot, f"{len(nodes)} nodes, {len(pods)} pods, mode {args.mode}")
