@@ -20,6 +20,7 @@ import numpy as np
 
 from allocator import AllocationError
 from app import wire
+from app.bindless import BindlessPods
 from app.cache import ClusterCache
 from app.config import ExtenderConfiguration
 from app.dynamicresources import ClaimWriteError, ClaimWriter, DynamicResources, PodClaims, Reservation
@@ -104,6 +105,8 @@ class ExtenderService:
         self._pending: OrderedDict[str, PodInfo] = OrderedDict()
         self._pod_memo: OrderedDict[bytes, PodInfo] = OrderedDict()
         self.metrics.register_cache(self._cache_metrics)
+        # Pods this filter saw that kube-scheduler's own binder bound (the cache's pod hook tells).
+        self.bindless = BindlessPods(cache, self.metrics, wall_clock=wall_clock)
 
     def _cache_metrics(self) -> dict[str, dict[str, float]]:
         return {
@@ -208,6 +211,11 @@ class ExtenderService:
         ready, reason = self.readiness()
         return "" if ready else reason
 
+    def ready_detail(self) -> str:
+        """/readyz's detail while ready: "ready", plus what an operator must know although it is."""
+        warning = self.bindless.warning()
+        return f"ready; warning: {warning}" if warning else "ready"
+
     # ------------------------------------------------------------------ filter
     def filter(self, body: bytes) -> dict[str, Any]:
         try:
@@ -216,6 +224,7 @@ class ExtenderService:
         except wire.WireError as exc:
             self._record("filter", "?", "error", error=str(exc))
             return wire.filter_result(error=f"invalid filter request: {exc}")
+        self.bindless.filtered(pod)
         not_ready = self.not_ready_reason()
         if not_ready:
             if self.config.cache.notReadyPolicy == "Fail":
@@ -396,6 +405,7 @@ class ExtenderService:
         status = self.cache.assume(pod, args.node, check=lambda node: self.fit.filter(pod, node))
         if status is not None:
             return self._bind_failed(key, "no-fit", f"node {args.node} no longer fits pod {key}: {status.reason}")
+        self.bindless.assumed(args.pod_uid, args.node)  # from here on a Binding to this node is ours
         # Reserve: the devices are in flight before the first await, like the assumption above.
         reservation: Reservation | None = None
         if self.dra is not None and (pod.claims or pod.claims_pending):
@@ -404,7 +414,7 @@ class ExtenderService:
             except AllocationError as exc:
                 chosen = Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, str(exc))
             if isinstance(chosen, Status):
-                self.cache.forget(args.pod_uid)
+                self._release(args.pod_uid, args.node)
                 return self._bind_failed(
                     key, "no-fit", f"node {args.node} cannot take the claims of pod {key}: {chosen.reason}"
                 )
@@ -414,7 +424,7 @@ class ExtenderService:
                 await self.dra.prebind(pod, reservation, self.claim_writer)
             except ClaimWriteError as exc:
                 if exc.definite:
-                    self.cache.forget(args.pod_uid)
+                    self._release(args.pod_uid, args.node)
                 return self._bind_failed(key, "claim-write", f"writing the claims of pod {key} failed: {exc}")
         try:
             await self.binder.bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node)
@@ -423,7 +433,7 @@ class ExtenderService:
                 self._record("bind", key, "already-bound", node=args.node)
                 return {"Error": ""}
             if exc.definite:
-                self.cache.forget(args.pod_uid)  # the API refused: release what we assumed
+                self._release(args.pod_uid, args.node)  # the API refused: release what we assumed
                 if reservation is not None and not reservation.empty:
                     assert self.dra is not None and self.claim_writer is not None
                     await self.dra.unreserve(pod, self.dra.written(reservation), self.claim_writer)
@@ -432,6 +442,11 @@ class ExtenderService:
         if self.fairness is not None and pod.queue_labels:
             self.fairness.record_bind(pod, args.node)
         return {"Error": ""}
+
+    def _release(self, uid: str, node: str) -> None:
+        """Drop an assumption after a bind that failed for certain: a Binding to ``node`` is not ours."""
+        self.cache.forget(uid)
+        self.bindless.released(uid, node)
 
     def _bind_failed(self, key: str, kind: str, message: str) -> dict[str, Any]:
         self.metrics.bind_errors.labels(kind).inc()
