@@ -200,12 +200,16 @@ class ExtenderService:
             verdicts.rows = batch.rows
         return candidates, verdicts
 
-    def _record(self, verb: str, pod: str, outcome: str, **detail: Any) -> None:
+    def _record(
+        self, verb: str, pod: str, outcome: str, *, level: int = logging.DEBUG, msg: str = "decision", **detail: Any
+    ) -> None:
+        """Keep a decision for /debug and log it: DEBUG for the per-request ones (filter, prioritize),
+        INFO for those that change state (binds, preemption), WARNING for failed binds."""
         entry = {"time": self.wall_clock(), "verb": verb, "pod": pod, "outcome": outcome, **detail}
         self.decisions.append(entry)
         self.metrics.results.labels(verb, outcome).inc()
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("decision", extra={"decision": entry})
+        if log.isEnabledFor(level):
+            log.log(level, msg, extra={"decision": entry})
 
     def not_ready_reason(self) -> str:
         ready, reason = self.readiness()
@@ -336,7 +340,9 @@ class ExtenderService:
             args = wire.decode_preempt_args(body)
             pod = self._pod(args.pod)
         except wire.WireError as exc:
-            self._record("preempt", "?", "error", error=str(exc))
+            self._record(
+                "preempt", "?", "error", level=logging.WARNING, msg=f"invalid preempt request: {exc}", error=str(exc)
+            )
             # ExtenderPreemptionResult has no Error field: an empty map ends preemption for this pod.
             return {"NodeNameToMetaVictims": {}, "Error": f"invalid preempt request: {exc}"}
         not_ready = self.not_ready_reason()
@@ -374,7 +380,15 @@ class ExtenderService:
                 dropped[node_name] = f"the queue victims do not free enough of the node: {status.reason}"
             else:
                 dropped[node_name] = status.reason
-        self._record("preempt", pod.key, "ok", kept=sorted(result), dropped=dropped)
+        self._record(
+            "preempt",
+            pod.key,
+            "ok",
+            level=logging.INFO,
+            msg=f"preempt {pod.key}: victims kept on {len(result)} node(s), {len(dropped)} node(s) dropped",
+            kept=sorted(result),
+            dropped=dropped,
+        )
         return {"NodeNameToMetaVictims": result}
 
     # ------------------------------------------------------------------ bind
@@ -382,7 +396,14 @@ class ExtenderService:
         try:
             args = wire.decode_bind_args(body)
         except wire.WireError as exc:
-            self._record("bind", "?", "error", error=str(exc))
+            self._record(
+                "bind",
+                "?",
+                "error",
+                level=logging.WARNING,
+                msg=f"bind failed: invalid bind request: {exc}",
+                error=str(exc),
+            )
             return {"Error": f"invalid bind request: {exc}"}
         key = f"{args.pod_namespace}/{args.pod_name}"
         pod = self.cache.pods.get(args.pod_uid) or self._pending.get(args.pod_uid)
@@ -391,7 +412,7 @@ class ExtenderService:
         if (pod.namespace, pod.name) != (args.pod_namespace, args.pod_name):
             return self._bind_failed(key, "mismatch", f"pod uid {args.pod_uid} belongs to {pod.key}, not {key}")
         if pod.node_name == args.node:
-            self._record("bind", key, "already-bound", node=args.node)
+            self._record("bind", key, "already-bound", level=logging.INFO, msg=_already(key, args.node), node=args.node)
             return {"Error": ""}
         if pod.node_name:
             return self._bind_failed(key, "bound-elsewhere", f"pod {key} is already bound to node {pod.node_name}")
@@ -430,7 +451,9 @@ class ExtenderService:
             await self.binder.bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node)
         except BindError as exc:
             if exc.bound_to == args.node:
-                self._record("bind", key, "already-bound", node=args.node)
+                self._record(
+                    "bind", key, "already-bound", level=logging.INFO, msg=_already(key, args.node), node=args.node
+                )
                 return {"Error": ""}
             if exc.definite:
                 self._release(args.pod_uid, args.node)  # the API refused: release what we assumed
@@ -438,7 +461,7 @@ class ExtenderService:
                     assert self.dra is not None and self.claim_writer is not None
                     await self.dra.unreserve(pod, self.dra.written(reservation), self.claim_writer)
             return self._bind_failed(key, exc.kind, f"binding pod {key} to node {args.node} failed: {exc}")
-        self._record("bind", key, "bound", node=args.node)
+        self._record("bind", key, "bound", level=logging.INFO, msg=f"bound {key} to node {args.node}", node=args.node)
         if self.fairness is not None and pod.queue_labels:
             self.fairness.record_bind(pod, args.node)
         return {"Error": ""}
@@ -450,8 +473,7 @@ class ExtenderService:
 
     def _bind_failed(self, key: str, kind: str, message: str) -> dict[str, Any]:
         self.metrics.bind_errors.labels(kind).inc()
-        self._record("bind", key, "error", error=message)
-        log.warning("bind failed: %s", message)
+        self._record("bind", key, "error", level=logging.WARNING, msg=f"bind failed: {message}", error=message)
         return {"Error": message}
 
     # ------------------------------------------------------------------ explain
@@ -504,6 +526,10 @@ class ExtenderService:
                 entry["fairness"] = fairness[verdict.name]
             nodes.append(entry)
         return {"pod": pod.key, "notReady": self.not_ready_reason(), "nodes": nodes}
+
+
+def _already(key: str, node: str) -> str:
+    return f"{key} was already bound to node {node} (a retried bind): success"
 
 
 def _meta_victims(uids: list[str], pdb_violations: int) -> dict[str, Any]:
