@@ -89,8 +89,9 @@ class ClusterCache:
         self.dra = DraState(clock=clock, inflight_ttl=assume_ttl)  # DRA objects and devices in use
         # Called with (uid, (node, pod, assumed) or None) whenever what a pod counts changes (queue usage).
         self.on_count: Callable[[str, tuple[str, PodInfo, bool] | None], None] | None = None
-        # Called with a pod's UID after every pod event (KAI's pending requests need unbound pods too).
-        self.on_pod: Callable[[str], None] | None = None
+        # Each called with a pod's UID after every pod event: KAI's pending requests (unbound pods too),
+        # and the pods bound without the extender's /bind (app/bindless.py).
+        self.on_pod: list[Callable[[str], None]] = []
         self.nodes_version = 0  # bumped on every node change (cluster totals are recomputed lazily)
         # Bumped whenever what is counted on a node, or a node itself, changes: filter compares it to
         # tell whether the cache has moved since it last judged a pod (see changed_after).
@@ -166,15 +167,15 @@ class ClusterCache:
         if pod.node_name:
             self.ledger.pop(pod.uid, None)  # the watch confirms (or overrides) our assumption
         self._recount(pod.uid)
-        if self.on_pod is not None:
-            self.on_pod(pod.uid)
+        for hook in self.on_pod:
+            hook(pod.uid)
 
     def delete_pod(self, uid: str) -> None:
         self.pods.pop(uid, None)
         self.ledger.pop(uid, None)
         self._recount(uid)
-        if self.on_pod is not None:
-            self.on_pod(uid)
+        for hook in self.on_pod:
+            hook(uid)
 
     def replace_pods(self, pods: Iterable[PodInfo]) -> None:
         """A relist: pods that vanished are deleted, the rest upserted, each accounted once."""

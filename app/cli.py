@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections.abc import Sequence
 
-from app.config import ConfigError, load_config
+from app.config import ConfigError, ExtenderConfiguration, load_config
 from app.simulate_cli import add_simulate_parser, run_simulate
 
 __all__ = ["main"]
@@ -30,7 +31,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="serve /debug and /metrics to anyone off loopback (demo containers only)",
     )
-    serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    serve.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="info (default): state changes only (binds, watches, configuration); debug: also one line per request",
+    )
     serve.add_argument("--log-format", default="json", choices=["json", "text"])
 
     check = commands.add_parser("check-config", help="validate a configuration file and print the effective config")
@@ -61,9 +67,28 @@ def _serve(args: argparse.Namespace) -> int:
     except SnapshotError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    _log_configuration(args, config)
     server = build_server(runtime.app(), config.server, args.host, args.port)
     server.run()
     return 0 if server.started else 1
+
+
+def _log_configuration(args: argparse.Namespace, config: ExtenderConfiguration) -> None:
+    """One INFO line: where the cluster comes from, the listen address, and the effective configuration."""
+    import msgspec
+
+    if args.snapshot:
+        source = f"snapshot {args.snapshot}"
+    else:
+        source = f"cluster ({f'kubeconfig {args.kubeconfig}' if args.kubeconfig else 'in-cluster config'})"
+    logging.getLogger("kube_gpu_extender").info(
+        "serving %s on %s:%d; configuration from %s: %s",
+        source,
+        args.host,
+        args.port,
+        args.config or "built-in defaults",
+        msgspec.json.encode(config.model_dump(mode="json")).decode(),
+    )
 
 
 def _check_config(args: argparse.Namespace) -> int:

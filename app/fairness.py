@@ -134,7 +134,7 @@ class Fairness:
         usage.recount()
         kai.recount()
         cache.on_count = on_count
-        cache.on_pod = kai.refresh
+        cache.on_pod.append(kai.refresh)
         fairness = Fairness(usage, kai, wall_clock)
         cache.on_node = fairness.set_node
         return fairness

@@ -1,14 +1,28 @@
-"""Structured logs: one JSON object per line, so decisions can be grepped and shipped as they are."""
+"""Structured logs: one JSON object per line, so decisions can be grepped and shipped as they are.
+
+Levels: INFO is for state changes and the decisions that make them (binds, preemption outcomes, watch
+synced / restored, configuration); WARNING and ERROR for what went wrong (bind failures, broken
+watches, pods bound without the extender's /bind). Anything said once per request — every API
+request of the client, every filter and prioritize decision — is DEBUG, so ``--log-level info``
+stays quiet however busy the scheduler is.
+"""
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Any, TextIO
 
 import msgspec
 
-__all__ = ["configure_logging"]
+__all__ = ["PER_REQUEST_LOGGERS", "TRACE_LOGGERS", "configure_logging"]
+
+# Libraries that log one line per HTTP request at INFO: httpx ("HTTP Request: GET ... 200 OK", every
+# list, watch, Binding and claim write of the API client). Their lines are DEBUG here.
+PER_REQUEST_LOGGERS = ("httpx",)
+# httpcore's transport trace (a dozen DEBUG lines per request): never shown, even at debug.
+# (uvicorn's access log is off altogether: app/serving.py passes access_log=False.)
+TRACE_LOGGERS = ("httpcore",)
 
 
 class JsonFormatter(logging.Formatter):
@@ -27,12 +41,34 @@ class JsonFormatter(logging.Formatter):
         return msgspec.json.encode(entry).decode()
 
 
-def configure_logging(level: str = "info", fmt: str = "json") -> None:
-    handler = logging.StreamHandler()
+class PerRequestFilter(logging.Filter):
+    """Turns a library's per-request INFO record into a DEBUG one (the handler's level decides)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.INFO:
+            record.levelno, record.levelname = logging.DEBUG, logging.getLevelName(logging.DEBUG)
+        return True
+
+
+def configure_logging(level: str = "info", fmt: str = "json", stream: TextIO | None = None) -> None:
+    """Log to ``stream`` (stderr) at ``level``; per-request library lines only at ``debug``."""
+    threshold = logging.getLevelName(level.upper())
+    if not isinstance(threshold, int):
+        raise ValueError(f"unknown log level {level!r}")
+    handler = logging.StreamHandler(stream)
+    handler.setLevel(threshold)  # also drops the records PerRequestFilter demoted, unless at debug
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(level.upper())
+    root.setLevel(threshold)
+    for name in PER_REQUEST_LOGGERS:
+        logger = logging.getLogger(name)
+        # Below debug, do not even build the records; at debug, build them and demote them.
+        logger.setLevel(logging.NOTSET if threshold <= logging.DEBUG else max(threshold, logging.WARNING))
+        if not any(isinstance(f, PerRequestFilter) for f in logger.filters):
+            logger.addFilter(PerRequestFilter())
+    for name in TRACE_LOGGERS:
+        logging.getLogger(name).setLevel(max(threshold, logging.INFO))

@@ -81,6 +81,12 @@ class Metrics:
             ["resource", "cause"],
             registry=self.registry,
         )
+        self.pods_bound_without_extender = Counter(
+            "kube_gpu_extender_pods_bound_without_extender_total",
+            "Pods that went through /filter and were then bound without the extender's /bind "
+            "(bindVerb unset, or an ignorable extender whose bind failed).",
+            registry=self.registry,
+        )
 
     def register_cache(self, read: Callable[[], dict[str, dict[str, float]]]) -> None:
         self.registry.register(_CacheCollector(read))

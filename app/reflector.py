@@ -188,10 +188,13 @@ class Reflector:
         self.state.connected = False
         if self.state.disconnected_since is None:
             self.state.disconnected_since = self.cache.clock()
+        previous = self.state.last_error
         self.state.last_error = str(exc)
         if self.resource.not_found and isinstance(exc, ApiError) and exc.status == 404:
             self.state.last_error = f"{self.resource.not_found} ({exc})"
-        log.warning("%s: watch interrupted: %s", self.resource.name, self.state.last_error)
+        # A state change is logged once: the first failure, or a different one; each retry only at DEBUG.
+        level = logging.DEBUG if self.state.last_error == previous else logging.WARNING
+        log.log(level, "%s: watch interrupted: %s", self.resource.name, self.state.last_error)
 
     async def _list(self) -> None:
         items, resource_version = await self.client.list(
@@ -200,6 +203,13 @@ class Reflector:
         self.resource.replace(self.cache, items)
         self.resource_version = resource_version
         now = self.cache.clock()
+        log.info(
+            "%s: %s, %d objects at resourceVersion %s",
+            self.resource.name,
+            "relisted" if self.state.synced else "synced",
+            len(items),
+            resource_version,
+        )
         self.state.synced = True
         self.state.relists += 1
         self.state.last_sync_at = now
@@ -214,6 +224,12 @@ class Reflector:
             field_selector=self.resource.field_selector,
             timeout_seconds=self.watch_timeout,
         ) as events:
+            if self.state.disconnected_since is not None:
+                log.info(
+                    "%s: watch restored after %.1fs",
+                    self.resource.name,
+                    self.cache.clock() - self.state.disconnected_since,
+                )
             self.state.connected = True
             self.state.disconnected_since = None
             self.state.last_error = ""

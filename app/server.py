@@ -64,12 +64,16 @@ def create_app(
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.get("/readyz", summary="200 once the cache has synced and the watches are fresh")
+    @app.get(
+        "/readyz",
+        summary="200 once the cache has synced and the watches are fresh; the detail warns of pods bound "
+        "without the extender's /bind",
+    )
     async def readyz() -> JSONResponse:
         reason = service.not_ready_reason()
         if reason:
             return JSONResponse({"ready": False, "reason": reason}, status_code=503)
-        return JSONResponse({"ready": True})
+        return JSONResponse({"ready": True, "detail": service.ready_detail()})
 
     @app.get("/metrics", summary="Prometheus metrics")
     async def metrics_() -> Response:

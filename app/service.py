@@ -20,6 +20,7 @@ import numpy as np
 
 from allocator import AllocationError
 from app import wire
+from app.bindless import BindlessPods
 from app.cache import ClusterCache
 from app.config import ExtenderConfiguration
 from app.dynamicresources import ClaimWriteError, ClaimWriter, DynamicResources, PodClaims, Reservation
@@ -110,6 +111,8 @@ class ExtenderService:
         self._caught_up_at = -1
         self._lag_reasons = frozenset(insufficient_reason(r) for r in config.scheduler_counted_resources)
         self.metrics.register_cache(self._cache_metrics)
+        # Pods this filter saw that kube-scheduler's own binder bound (the cache's pod hook tells).
+        self.bindless = BindlessPods(cache, self.metrics, wall_clock=wall_clock)
 
     def _cache_metrics(self) -> dict[str, dict[str, float]]:
         return {
@@ -208,16 +211,25 @@ class ExtenderService:
             verdicts.rows = batch.rows
         return candidates, verdicts
 
-    def _record(self, verb: str, pod: str, outcome: str, **detail: Any) -> None:
+    def _record(
+        self, verb: str, pod: str, outcome: str, *, level: int = logging.DEBUG, msg: str = "decision", **detail: Any
+    ) -> None:
+        """Keep a decision for /debug and log it: DEBUG for the per-request ones (filter, prioritize),
+        INFO for those that change state (binds, preemption), WARNING for failed binds."""
         entry = {"time": self.wall_clock(), "verb": verb, "pod": pod, "outcome": outcome, **detail}
         self.decisions.append(entry)
         self.metrics.results.labels(verb, outcome).inc()
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("decision", extra={"decision": entry})
+        if log.isEnabledFor(level):
+            log.log(level, msg, extra={"decision": entry})
 
     def not_ready_reason(self) -> str:
         ready, reason = self.readiness()
         return "" if ready else reason
+
+    def ready_detail(self) -> str:
+        """/readyz's detail while ready: "ready", plus what an operator must know although it is."""
+        warning = self.bindless.warning()
+        return f"ready; warning: {warning}" if warning else "ready"
 
     # ------------------------------------------------------------------ filter
     def filter(self, body: bytes) -> dict[str, Any]:
@@ -255,6 +267,7 @@ class ExtenderService:
         except wire.WireError as exc:
             self._record("filter", "?", "error", error=str(exc))
             return wire.filter_result(error=f"invalid filter request: {exc}"), False
+        self.bindless.filtered(pod)
         not_ready = self.not_ready_reason()
         if not_ready:
             if self.config.cache.notReadyPolicy == "Fail":
@@ -375,7 +388,9 @@ class ExtenderService:
             args = wire.decode_preempt_args(body)
             pod = self._pod(args.pod)
         except wire.WireError as exc:
-            self._record("preempt", "?", "error", error=str(exc))
+            self._record(
+                "preempt", "?", "error", level=logging.WARNING, msg=f"invalid preempt request: {exc}", error=str(exc)
+            )
             # ExtenderPreemptionResult has no Error field: an empty map ends preemption for this pod.
             return {"NodeNameToMetaVictims": {}, "Error": f"invalid preempt request: {exc}"}
         not_ready = self.not_ready_reason()
@@ -413,7 +428,15 @@ class ExtenderService:
                 dropped[node_name] = f"the queue victims do not free enough of the node: {status.reason}"
             else:
                 dropped[node_name] = status.reason
-        self._record("preempt", pod.key, "ok", kept=sorted(result), dropped=dropped)
+        self._record(
+            "preempt",
+            pod.key,
+            "ok",
+            level=logging.INFO,
+            msg=f"preempt {pod.key}: victims kept on {len(result)} node(s), {len(dropped)} node(s) dropped",
+            kept=sorted(result),
+            dropped=dropped,
+        )
         return {"NodeNameToMetaVictims": result}
 
     # ------------------------------------------------------------------ bind
@@ -421,7 +444,14 @@ class ExtenderService:
         try:
             args = wire.decode_bind_args(body)
         except wire.WireError as exc:
-            self._record("bind", "?", "error", error=str(exc))
+            self._record(
+                "bind",
+                "?",
+                "error",
+                level=logging.WARNING,
+                msg=f"bind failed: invalid bind request: {exc}",
+                error=str(exc),
+            )
             return {"Error": f"invalid bind request: {exc}"}
         key = f"{args.pod_namespace}/{args.pod_name}"
         pod = self.cache.pods.get(args.pod_uid) or self._pending.get(args.pod_uid)
@@ -430,7 +460,7 @@ class ExtenderService:
         if (pod.namespace, pod.name) != (args.pod_namespace, args.pod_name):
             return self._bind_failed(key, "mismatch", f"pod uid {args.pod_uid} belongs to {pod.key}, not {key}")
         if pod.node_name == args.node:
-            self._record("bind", key, "already-bound", node=args.node)
+            self._record("bind", key, "already-bound", level=logging.INFO, msg=_already(key, args.node), node=args.node)
             return {"Error": ""}
         if pod.node_name:
             return self._bind_failed(key, "bound-elsewhere", f"pod {key} is already bound to node {pod.node_name}")
@@ -444,6 +474,7 @@ class ExtenderService:
         status = self.cache.assume(pod, args.node, check=lambda node: self.fit.filter(pod, node))
         if status is not None:
             return self._bind_failed(key, "no-fit", f"node {args.node} no longer fits pod {key}: {status.reason}")
+        self.bindless.assumed(args.pod_uid, args.node)  # from here on a Binding to this node is ours
         # Reserve: the devices are in flight before the first await, like the assumption above.
         reservation: Reservation | None = None
         if self.dra is not None and (pod.claims or pod.claims_pending):
@@ -452,7 +483,7 @@ class ExtenderService:
             except AllocationError as exc:
                 chosen = Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, str(exc))
             if isinstance(chosen, Status):
-                self.cache.forget(args.pod_uid)
+                self._release(args.pod_uid, args.node)
                 return self._bind_failed(
                     key, "no-fit", f"node {args.node} cannot take the claims of pod {key}: {chosen.reason}"
                 )
@@ -462,29 +493,35 @@ class ExtenderService:
                 await self.dra.prebind(pod, reservation, self.claim_writer)
             except ClaimWriteError as exc:
                 if exc.definite:
-                    self.cache.forget(args.pod_uid)
+                    self._release(args.pod_uid, args.node)
                 return self._bind_failed(key, "claim-write", f"writing the claims of pod {key} failed: {exc}")
         try:
             await self.binder.bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node)
         except BindError as exc:
             if exc.bound_to == args.node:
-                self._record("bind", key, "already-bound", node=args.node)
+                self._record(
+                    "bind", key, "already-bound", level=logging.INFO, msg=_already(key, args.node), node=args.node
+                )
                 return {"Error": ""}
             if exc.definite:
-                self.cache.forget(args.pod_uid)  # the API refused: release what we assumed
+                self._release(args.pod_uid, args.node)  # the API refused: release what we assumed
                 if reservation is not None and not reservation.empty:
                     assert self.dra is not None and self.claim_writer is not None
                     await self.dra.unreserve(pod, self.dra.written(reservation), self.claim_writer)
             return self._bind_failed(key, exc.kind, f"binding pod {key} to node {args.node} failed: {exc}")
-        self._record("bind", key, "bound", node=args.node)
+        self._record("bind", key, "bound", level=logging.INFO, msg=f"bound {key} to node {args.node}", node=args.node)
         if self.fairness is not None and pod.queue_labels:
             self.fairness.record_bind(pod, args.node)
         return {"Error": ""}
 
+    def _release(self, uid: str, node: str) -> None:
+        """Drop an assumption after a bind that failed for certain: a Binding to ``node`` is not ours."""
+        self.cache.forget(uid)
+        self.bindless.released(uid, node)
+
     def _bind_failed(self, key: str, kind: str, message: str) -> dict[str, Any]:
         self.metrics.bind_errors.labels(kind).inc()
-        self._record("bind", key, "error", error=message)
-        log.warning("bind failed: %s", message)
+        self._record("bind", key, "error", level=logging.WARNING, msg=f"bind failed: {message}", error=message)
         return {"Error": message}
 
     # ------------------------------------------------------------------ explain
@@ -537,6 +574,10 @@ class ExtenderService:
                 entry["fairness"] = fairness[verdict.name]
             nodes.append(entry)
         return {"pod": pod.key, "notReady": self.not_ready_reason(), "nodes": nodes}
+
+
+def _already(key: str, node: str) -> str:
+    return f"{key} was already bound to node {node} (a retried bind): success"
 
 
 def _meta_victims(uids: list[str], pdb_violations: int) -> dict[str, Any]:

@@ -186,3 +186,17 @@ def test_serve_on_the_bundled_example() -> None:
     finally:
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=15) == 0
+    # At the default level (info): the configuration, the two binds and uvicorn's start and stop; not
+    # one line per request (dozens of /readyz polls, filters, prioritizes).
+    assert process.stdout is not None
+    logged = [json.loads(line) for line in process.stdout.read().splitlines()]
+    ours = [(line["level"], line["msg"]) for line in logged if line["logger"].startswith("kube_gpu_extender")]
+    assert ours[0][1].startswith(
+        f"serving snapshot examples/cluster.yaml on 127.0.0.1:{port}; configuration from built-in defaults: {{"
+    )
+    assert ours[1:] == [
+        ("info", "bound ml-train/resnet-train-0 to node l4-3"),
+        ("info", "bound ml-train/finetune-0 to node dra-1"),
+    ]
+    assert {line["logger"] for line in logged} == {"kube_gpu_extender", "kube_gpu_extender.decisions", "uvicorn.error"}
+    assert not [line for line in logged if "/readyz" in line["msg"] or "/filter" in line["msg"]]

@@ -137,7 +137,7 @@ def test_prioritize_single_plugin_route(client: Any) -> None:
 
 def test_operator_endpoints(client: Any) -> None:
     assert client.get("/healthz").json() == {"status": "ok"}
-    assert client.get("/readyz").json() == {"ready": True}
+    assert client.get("/readyz").json() == {"ready": True, "detail": "ready"}
     client.post("/filter", content=filter_body(pod_obj("p", gpus=1), ["g1", "c1"]))
     metrics = client.get("/metrics").text
     assert 'kube_gpu_extender_request_duration_seconds_count{verb="filter"} 1.0' in metrics
