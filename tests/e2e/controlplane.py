@@ -369,6 +369,7 @@ class ControlPlane:
     _admin: Api | None = None
     _stopping: threading.Event = field(default_factory=threading.Event)
     _restart_on_exit: set[str] = field(default_factory=set)
+    _supervisor: threading.Thread | None = None
 
     @property
     def url(self) -> str:
@@ -481,19 +482,23 @@ class ControlPlane:
         """Restart components that exit on their own, as the kubelet would (kube-scheduler exits when it
         cannot renew its lease, e.g. while the API server restarts)."""
         while not self._stopping.wait(0.5):
-            for name in self._restart_on_exit:
+            for name in list(self._restart_on_exit):
                 proc = self.procs.get(name)
                 if proc is not None and proc.popen is not None and proc.popen.poll() is not None:
                     proc.start()
 
+    def stop_component(self, name: str) -> None:
+        """Stop one component for good (the supervisor no longer restarts it)."""
+        self._restart_on_exit.discard(name)
+        proc = self.procs.pop(name, None)
+        if proc is not None:
+            proc.stop()
+
     def stop(self) -> None:
         self._stopping.set()
-        for name in ("kube-scheduler", "kube-controller-manager", "extender", "kube-apiserver", "etcd"):
-            proc = self.procs.pop(name, None)
-            if proc is not None:
-                proc.stop()
-        for proc in self.procs.values():
-            proc.stop()
+        last = ("extender", "kube-apiserver", "etcd")  # clients first, the store last
+        for name in [n for n in self.procs if n not in last] + list(last):
+            self.stop_component(name)
         if self._admin is not None:
             self._admin.close()
 
@@ -519,34 +524,51 @@ class ControlPlane:
         return self.write_kubeconfig(self.workdir / "extender.kubeconfig", {"token": token})
 
     # ------------------------------------------------------------------ components
-    def start_scheduler(self, extender_port: int, source: Path = DEPLOY / "kube-scheduler-config.yaml") -> Proc:
-        """kube-scheduler with the shipped profile, as the extender's ServiceAccount."""
+    def start_scheduler(
+        self,
+        extender_port: int,
+        source: Path = DEPLOY / "kube-scheduler-config.yaml",
+        *,
+        name: str = "kube-scheduler",
+        qps: float | None = None,
+        edit: Callable[[dict[str, Any]], None] | None = None,
+    ) -> Proc:
+        """kube-scheduler with the shipped profile, as the extender's ServiceAccount.
+
+        ``name`` tells instances apart (process, config and log file); ``qps`` lifts its client's rate
+        limit (kube-scheduler's default is 50 requests/s); ``edit`` changes the config before it is used.
+        """
         config = scheduler_config(self.extender_kubeconfig(), extender_port, source)
-        path = self.workdir / "kube-scheduler-config.yaml"
+        if qps is not None:
+            config["clientConnection"].update(qps=qps, burst=int(2 * qps))
+        if edit is not None:
+            edit(config)
+        path = self.workdir / f"{name}-config.yaml"
         path.write_text(yaml.safe_dump(config))
         proc = Proc(
-            "kube-scheduler",
+            name,
             [
                 str(self.binaries["kube-scheduler"]),
                 f"--config={path}",
                 "--bind-address=127.0.0.1",
                 f"--secure-port={free_port()}",
                 f"-v={os.environ.get('KUBE_E2E_SCHEDULER_V', '0')}",  # raise to debug a failing scenario
-                f"--write-config-to={self.workdir / 'kube-scheduler-effective.yaml'}",
+                f"--write-config-to={self.workdir / f'{name}-effective.yaml'}",
             ],
-            self.workdir / "logs" / "kube-scheduler.log",
+            self.workdir / "logs" / f"{name}.log",
         )
         # --write-config-to makes the binary write the effective config and exit: run it once for that.
         subprocess.run(proc.argv, check=True, capture_output=True, timeout=60)
         proc.argv = proc.argv[:-1]
-        self.procs["kube-scheduler"] = proc.start()
-        if not self._restart_on_exit:
-            threading.Thread(target=self._supervise, name="supervisor", daemon=True).start()
-        self._restart_on_exit.add("kube-scheduler")
+        self.procs[name] = proc.start()
+        if self._supervisor is None:
+            self._supervisor = threading.Thread(target=self._supervise, name="supervisor", daemon=True)
+            self._supervisor.start()
+        self._restart_on_exit.add(name)
         return proc
 
-    def effective_scheduler_config(self) -> dict[str, Any]:
-        config: dict[str, Any] = yaml.safe_load((self.workdir / "kube-scheduler-effective.yaml").read_text())
+    def effective_scheduler_config(self, name: str = "kube-scheduler") -> dict[str, Any]:
+        config: dict[str, Any] = yaml.safe_load((self.workdir / f"{name}-effective.yaml").read_text())
         return config
 
     def start_controller_manager(self, controllers: str = "resourceclaim-controller") -> Proc:

@@ -1,0 +1,439 @@
+"""Scheduling throughput and GPU packing through a real kube-scheduler and API server (run by hand).
+
+One control plane on loopback (tests/e2e/controlplane.py), 1,000 nodes (700 with 8 GPUs, 300
+CPU-only), then in each round, one after the other on the same cluster:
+
+* ``baseline``: kube-scheduler alone, its default profile (no extender), serving ``gpu-scheduler``;
+* ``extender``: kube-scheduler with the shipped deploy/kube-scheduler-config.yaml and the extender
+  (the shipped deploy/ config) as a process.
+
+Each phase creates the same pods (by default 2,000: 85 % ask for 1 GPU, the rest are CPU-only) as
+fast as the API server takes them and measures pods/s from the first create to the last bind (a
+watch on the namespace sees the binds); the pods are then deleted. The ratio extender/baseline is
+printed per round; compare figures as ratios within one run (everything shares the machine's cores).
+Both phases run kube-scheduler with the same client rate limit (``--scheduler-qps``, default 1,000
+requests/s): at kube-scheduler's default of 50/s the baseline, which binds through that client, is
+capped near 50 pods/s while the extender binds through its own client, and the ratio would flatter us.
+Beside it: CPU seconds each process used during the phase, and the extender's own verb latencies
+from its /metrics.
+
+``--fill-to 0.9`` then keeps the extender phase's pods and adds 1-GPU pods until that share of the
+cluster's GPUs is in use, and checks that an 8-GPU pod still finds a node (issue 13: with the old
+profile an 8-GPU pod found none at 30 % use). Packing figures: GPU nodes with any GPU used, nodes
+with exactly one, the largest count on a node (never above 8).
+
+    python -m bench.throughput --rounds 2 --fill-to 0.9 --json bench/results/throughput.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import os
+import random
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.e2e.controlplane import (
+    ADMIN_TOKEN,
+    ControlPlane,
+    Extender,
+    Proc,
+    extender_config,
+    locate_binaries,
+    pod_manifest,
+    wait_for,
+)
+
+GPU = "nvidia.com/gpu"
+NAMESPACE = "bench"
+VERBS = ("filter", "prioritize", "bind", "preempt")
+
+
+@dataclass
+class Phase:
+    name: str
+    pods: int
+    seconds: float
+    pods_per_second: float
+    unbound: int
+    cpu_seconds: dict[str, float] = field(default_factory=dict)
+    verbs: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- cluster
+async def _bulk(plane: ControlPlane, calls: list[tuple[str, str, Any, str]], concurrency: int = 16) -> None:
+    """(method, path, body, content type) calls, ``concurrency`` at a time, over one async client."""
+    limit = asyncio.Semaphore(concurrency)
+    async with httpx.AsyncClient(
+        base_url=plane.url,
+        headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+        verify=str(plane.serving_ca),
+        timeout=60.0,
+    ) as http:
+
+        async def one(method: str, path: str, body: Any, content_type: str) -> None:
+            async with limit:
+                response = await http.request(method, path, json=body, headers={"Content-Type": content_type})
+                if response.status_code not in (200, 201):
+                    raise RuntimeError(f"{method} {path}: {response.status_code} {response.text[:300]}")
+
+        await asyncio.gather(*(one(*call) for call in calls))
+
+
+def add_nodes(plane: ControlPlane, gpu_nodes: int, cpu_nodes: int) -> list[str]:
+    """Nodes as a kubelet would leave them (status, no not-ready taint), created concurrently."""
+    nodes = [(f"gpu-{i:04d}", 8) for i in range(gpu_nodes)] + [(f"cpu-{i:04d}", 0) for i in range(cpu_nodes)]
+    json_type, merge, strategic = (
+        "application/json",
+        "application/merge-patch+json",
+        "application/strategic-merge-patch+json",
+    )
+    asyncio.run(
+        _bulk(
+            plane,
+            [
+                ("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": n}}, json_type)
+                for n, _ in nodes
+            ],
+        )
+    )
+    patches = []
+    for name, gpus in nodes:
+        allocatable = {"cpu": "96", "memory": "768Gi", "pods": "110", **({GPU: str(gpus)} if gpus else {})}
+        patches.append(
+            (
+                "PATCH",
+                f"/api/v1/nodes/{name}/status",
+                {"status": {"capacity": allocatable, "allocatable": allocatable}},
+                strategic,
+            )
+        )
+    asyncio.run(_bulk(plane, patches))
+    asyncio.run(_bulk(plane, [("PATCH", f"/api/v1/nodes/{n}", {"spec": {"taints": None}}, merge) for n, _ in nodes]))
+    return [n for n, _ in nodes]
+
+
+def pod_mix(count: int, gpu_share: float, seed: int) -> list[int]:
+    """GPUs per pod: ``gpu_share`` of them ask for one, the rest none (CPU-only), shuffled."""
+    rng = random.Random(seed)
+    gpus = [1] * round(count * gpu_share) + [0] * (count - round(count * gpu_share))
+    rng.shuffle(gpus)
+    return gpus
+
+
+def _pods(prefix: str, gpus: list[int]) -> list[tuple[str, str, Any, str]]:
+    calls = []
+    for i, n in enumerate(gpus):
+        manifest = pod_manifest(f"{prefix}-{i:05d}", gpus=n, cpu="500m", memory="1Gi")
+        calls.append(("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", manifest, "application/json"))
+    return calls
+
+
+# --------------------------------------------------------------------------- measuring
+class BindWatch:
+    """Watches the benchmark namespace's pods; records when each becomes bound.
+
+    A watch can end or fail (an API server whose watch cache is behind the list's resourceVersion
+    answers "Too large resource version"); it is then listed again and resumed, and pods found bound
+    by that list count from the list's time.
+    """
+
+    def __init__(self, plane: ControlPlane) -> None:
+        self.plane = plane
+        self.bound: dict[str, float] = {}
+        self.lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _see(self, pod: dict[str, Any]) -> None:
+        if (pod.get("spec") or {}).get("nodeName"):
+            with self.lock:
+                self.bound.setdefault(pod["metadata"]["name"], time.monotonic())
+
+    def _run(self) -> None:
+        with httpx.Client(
+            base_url=self.plane.url,
+            headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+            verify=str(self.plane.serving_ca),
+            timeout=httpx.Timeout(30.0, read=60.0),
+        ) as http:
+            while not self._stop.is_set():
+                try:
+                    self._list_and_watch(http)
+                except httpx.HTTPError:
+                    self._stop.wait(0.2)
+
+    def _list_and_watch(self, http: httpx.Client) -> None:
+        listed = http.get(f"/api/v1/namespaces/{NAMESPACE}/pods")
+        listed.raise_for_status()
+        body = listed.json()
+        for pod in body["items"]:
+            self._see(pod)
+        params = {"watch": "1", "resourceVersion": body["metadata"]["resourceVersion"], "allowWatchBookmarks": "true"}
+        with http.stream("GET", f"/api/v1/namespaces/{NAMESPACE}/pods", params=params) as response:
+            response.raise_for_status()
+            for line in response.iter_lines():
+                if self._stop.is_set():
+                    return
+                if not line.strip():
+                    continue
+                event = json.loads(line)
+                if event.get("type") == "ERROR":
+                    return  # list again
+                if event.get("type") in ("ADDED", "MODIFIED"):
+                    self._see(event.get("object") or {})
+
+    def count(self, names: set[str]) -> int:
+        with self.lock:
+            return len(names & self.bound.keys())
+
+    def last(self, names: set[str]) -> float:
+        with self.lock:
+            return max(self.bound[n] for n in names if n in self.bound)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _cpu(procs: dict[str, Proc]) -> dict[str, float]:
+    out = {}
+    for name, proc in procs.items():
+        if proc.alive():
+            out[name] = _cpu_seconds(proc.pid)
+    out["driver"] = time.process_time()
+    return out
+
+
+def _verb_latencies(extender: Extender) -> dict[str, dict[str, float]]:
+    """Per verb: count, mean and bucket-interpolated p50/p99 (ms) of the extender's own histogram."""
+    out: dict[str, dict[str, float]] = {}
+    for family in text_string_to_metric_families(extender.get("/metrics").text):
+        if family.name != "kube_gpu_extender_request_duration_seconds":
+            continue
+        by_verb: dict[str, dict[str, Any]] = {}
+        for sample in family.samples:
+            verb = sample.labels.get("verb", "")
+            entry = by_verb.setdefault(verb, {"buckets": []})
+            if sample.name.endswith("_bucket"):
+                entry["buckets"].append((float(sample.labels["le"]), sample.value))
+            elif sample.name.endswith("_sum"):
+                entry["sum"] = sample.value
+            elif sample.name.endswith("_count"):
+                entry["count"] = sample.value
+        for verb, entry in by_verb.items():
+            count = entry.get("count", 0)
+            if not count:
+                continue
+            buckets = sorted(entry["buckets"])
+            out[verb] = {
+                "count": count,
+                "mean_ms": entry["sum"] / count * 1000,
+                "p50_ms": _quantile(buckets, count, 0.5) * 1000,
+                "p99_ms": _quantile(buckets, count, 0.99) * 1000,
+            }
+    return out
+
+
+def _quantile(buckets: list[tuple[float, float]], count: float, q: float) -> float:
+    rank, previous_bound, previous_count = q * count, 0.0, 0.0
+    for bound, cumulative in buckets:
+        if cumulative >= rank:
+            if math.isinf(bound):
+                return previous_bound
+            share = (rank - previous_count) / max(cumulative - previous_count, 1e-9)
+            return previous_bound + (bound - previous_bound) * share
+        previous_bound, previous_count = bound, cumulative
+    return previous_bound
+
+
+def run_phase(plane: ControlPlane, name: str, gpus: list[int], watch: BindWatch, timeout: float) -> Phase:
+    names = {f"{name}-{i:05d}" for i in range(len(gpus))}
+    cpu_before = _cpu(plane.procs)
+    started = time.monotonic()
+    asyncio.run(_bulk(plane, _pods(name, gpus), concurrency=8))
+    with contextlib.suppress(TimeoutError):  # reported as unbound
+        wait_for(f"{len(names)} pods bound", lambda: watch.count(names) == len(names), timeout, interval=0.1)
+    bound = watch.count(names)
+    elapsed = (watch.last(names) if bound else time.monotonic()) - started
+    cpu_after = _cpu(plane.procs)
+    cpu = {k: round(cpu_after[k] - cpu_before.get(k, 0.0), 2) for k in cpu_after}
+    return Phase(name, len(names), round(elapsed, 2), round(bound / elapsed, 1), len(names) - bound, cpu)
+
+
+def delete_pods(plane: ControlPlane) -> None:
+    plane.admin.delete(f"/api/v1/namespaces/{NAMESPACE}/pods", grace=0)  # deletecollection
+    wait_for("the benchmark pods deleted", lambda: not plane.admin.items(f"/api/v1/namespaces/{NAMESPACE}/pods"), 120)
+
+
+# --------------------------------------------------------------------------- schedulers
+def baseline_scheduler_config(path: Path) -> Path:
+    """kube-scheduler's defaults, serving the benchmark's schedulerName, no extender."""
+    config = {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "leaderElection": {"leaderElect": False},
+        "profiles": [{"schedulerName": "gpu-scheduler"}],
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def _leading_since(plane: ControlPlane, since: float) -> bool:
+    """Whether the shipped profile's lease was acquired after ``since`` (a new scheduler leads)."""
+    lease = plane.admin.find("/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/gpu-scheduler") or {}
+    acquired = (lease.get("spec") or {}).get("acquireTime")
+    if not acquired:
+        return False
+    stamp = datetime.fromisoformat(acquired.replace("Z", "+00:00")).timestamp()
+    return stamp >= since - 1.0  # acquireTime has microseconds; allow for clock rounding
+
+
+def packing(plane: ControlPlane, gpu_nodes: list[str]) -> dict[str, Any]:
+    used: Counter[str] = Counter()
+    for pod in plane.admin.items(f"/api/v1/namespaces/{NAMESPACE}/pods"):
+        node = pod["spec"].get("nodeName")
+        if node:
+            used[node] += sum(
+                int((c["resources"].get("requests") or {}).get(GPU, 0)) for c in pod["spec"]["containers"]
+            )
+    per_node = [used.get(n, 0) for n in gpu_nodes]
+    return {
+        "gpuUse": round(sum(per_node) / (8 * len(gpu_nodes)), 3),
+        "gpuNodesUsed": sum(1 for u in per_node if u),
+        "gpuNodesWithOne": sum(1 for u in per_node if u == 1),
+        "wholeFreeGpuNodes": sum(1 for u in per_node if u == 0),
+        "maxGpusOnANode": max(per_node, default=0),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--gpu-nodes", type=int, default=700)
+    parser.add_argument("--cpu-nodes", type=int, default=300)
+    parser.add_argument("--pods", type=int, default=2000)
+    parser.add_argument("--gpu-share", type=float, default=0.85, help="share of pods asking for 1 GPU")
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--fill-to", type=float, default=0.0, help="then fill to this GPU use and try an 8-GPU pod")
+    parser.add_argument("--timeout", type=float, default=600.0, help="per phase")
+    parser.add_argument(
+        "--scheduler-qps",
+        type=float,
+        default=1000.0,
+        help="kube-scheduler's client rate limit, both phases (0: its default 50/s, which caps the baseline's binds)",
+    )
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--json", help="write the results here")
+    parser.add_argument("--workdir", help="keep the control plane's files and logs here")
+    args = parser.parse_args(argv)
+
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="kge-throughput-"))
+    plane = ControlPlane(workdir, locate_binaries())
+    results: dict[str, Any] = {"args": vars(args), "rounds": []}
+    try:
+        plane.start()
+        plane.add_namespace(NAMESPACE)
+        print(f"control plane up ({workdir}); adding {args.gpu_nodes + args.cpu_nodes} nodes", flush=True)
+        nodes = add_nodes(plane, args.gpu_nodes, args.cpu_nodes)
+        gpu_nodes = [n for n in nodes if n.startswith("gpu-")]
+        gpus = pod_mix(args.pods, args.gpu_share, args.seed)
+        watch = BindWatch(plane)
+        for round_index in range(args.rounds):
+            phases = {}
+            for name in ("baseline", "extender"):
+                started = time.time()
+                qps = args.scheduler_qps or None
+                if name == "baseline":
+                    plane.start_scheduler(0, baseline_scheduler_config(workdir / "baseline-scheduler.yaml"), qps=qps)
+                else:
+                    extender = plane.start_extender(extender_config())
+                    plane.start_scheduler(extender.port, qps=qps)
+                    wait_for("kube-scheduler to lead", lambda since=started: _leading_since(plane, since), 60)
+                phase = run_phase(plane, f"r{round_index}-{name}", gpus, watch, args.timeout)
+                if name == "extender":
+                    phase.verbs = _verb_latencies(extender)
+                    last_round = round_index == args.rounds - 1
+                    if last_round:
+                        results["packing"] = packing(plane, gpu_nodes)
+                        if args.fill_to:
+                            results["fill"] = fill(plane, watch, gpu_nodes, args.fill_to, args.timeout)
+                plane.stop_component("kube-scheduler")
+                plane.stop_component("extender")
+                phases[name] = phase
+                print(
+                    f"round {round_index} {name}: {phase.pods_per_second} pods/s ({phase.pods} pods in "
+                    f"{phase.seconds} s, {phase.unbound} unbound); cpu s {phase.cpu_seconds}",
+                    flush=True,
+                )
+                delete_pods(plane)
+            ratio = phases["extender"].pods_per_second / max(phases["baseline"].pods_per_second, 1e-9)
+            results["rounds"].append({"ratio": round(ratio, 3), **{k: asdict(v) for k, v in phases.items()}})
+            print(f"round {round_index}: ratio extender/baseline = {ratio:.2f}", flush=True)
+        watch.stop()
+    finally:
+        plane.stop()
+    report(results)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(results, indent=2))
+    return 0
+
+
+def fill(plane: ControlPlane, watch: BindWatch, gpu_nodes: list[str], target: float, timeout: float) -> dict[str, Any]:
+    """1-GPU pods until ``target`` of the GPUs are in use, then one 8-GPU pod: does it find a node?"""
+    state = packing(plane, gpu_nodes)
+    missing = max(0, math.ceil(target * 8 * len(gpu_nodes)) - round(state["gpuUse"] * 8 * len(gpu_nodes)))
+    names = {f"fill-{i:05d}" for i in range(missing)}
+    asyncio.run(_bulk(plane, _pods("fill", [1] * missing), concurrency=8))
+    wait_for(f"{missing} fill pods bound", lambda: watch.count(names) == len(names), timeout, interval=0.2)
+    state = packing(plane, gpu_nodes)
+    plane.admin.create(f"/api/v1/namespaces/{NAMESPACE}/pods", pod_manifest("whole-node", gpus=8))
+    try:
+        wait_for("the 8-GPU pod bound", lambda: watch.count({"whole-node"}) == 1, 60, interval=0.1)
+        found = True
+    except TimeoutError:
+        found = False
+    return {**state, "eightGpuPodBound": found}
+
+
+def report(results: dict[str, Any]) -> None:
+    print()
+    print("| round | baseline pods/s | extender pods/s | ratio |")
+    print("|---|---|---|---|")
+    for i, r in enumerate(results["rounds"]):
+        print(f"| {i} | {r['baseline']['pods_per_second']} | {r['extender']['pods_per_second']} | {r['ratio']} |")
+    if results["rounds"]:
+        verbs = results["rounds"][-1]["extender"]["verbs"]
+        print("\n| verb | calls | mean ms | p50 ms | p99 ms |\n|---|---|---|---|---|")
+        for verb in VERBS:
+            if verb in verbs:
+                v = verbs[verb]
+                print(f"| {verb} | {int(v['count'])} | {v['mean_ms']:.2f} | {v['p50_ms']:.2f} | {v['p99_ms']:.2f} |")
+    for key in ("packing", "fill"):
+        if key in results:
+            print(f"\n{key}: {results[key]}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
