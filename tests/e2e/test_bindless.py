@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import Cluster, Group
-from tests.e2e.controlplane import wait_for
+from tests.e2e.process import wait_for
 
 NOBIND = "gpu-scheduler-nobind"
 METRIC = "kube_gpu_extender_pods_bound_without_extender_total"

@@ -19,7 +19,8 @@ from kubernetes.config import incluster_config
 
 from app.kube import ApiError, KubeClient
 from tests.e2e.conftest import Cluster
-from tests.e2e.controlplane import EXTENDER_SA, ControlPlane, wait_for
+from tests.e2e.controlplane import EXTENDER_SA, ControlPlane
+from tests.e2e.process import wait_for
 
 SA_USER = f"system:serviceaccount:{EXTENDER_SA[0]}:{EXTENDER_SA[1]}"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from tests.e2e.conftest import Group
-from tests.e2e.controlplane import wait_for
+from tests.e2e.process import wait_for
 
 RESOURCE = "/apis/resource.k8s.io/v1"
 PRIORITY = "dra.kube-gpu-extender.io/priority"

@@ -4,7 +4,7 @@ NodeResourcesFit ignored nvidia.com/gpu)."""
 from __future__ import annotations
 
 from tests.e2e.conftest import Group
-from tests.e2e.controlplane import wait_for
+from tests.e2e.process import wait_for
 
 
 def test_high_priority_gpu_pod_preempts_low_priority_gpu_pods(group: Group) -> None:

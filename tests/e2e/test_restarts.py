@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.e2e.conftest import GPU, Group
-from tests.e2e.controlplane import until_equal
+from tests.e2e.process import until_equal
 
 
 def _extender_view(group: Group, node: str) -> tuple[int, int]:

@@ -15,7 +15,8 @@ from app.config import parse_config
 from app.schedconfig import load_scheduler_config
 from app.simulate import load_nodes_csv, load_pods_csv, simulate
 from tests.e2e.conftest import Group
-from tests.e2e.controlplane import DEPLOY, extender_config, wait_for
+from tests.e2e.controlplane import DEPLOY, extender_config
+from tests.e2e.process import wait_for
 
 GPU_NODES = 4
 CPU_NODES = 1
