@@ -109,7 +109,11 @@ class ExtenderService:
         # kube-scheduler (it counts these resources too, and only sends nodes where they fit).
         self._rejected: OrderedDict[str, int] = OrderedDict()
         self._caught_up_at = -1
-        self._lag_reasons = frozenset(insufficient_reason(r) for r in config.scheduler_counted_resources)
+        # Reasons a lagging cache gives: a node kube-scheduler knows and we do not yet, or a resource
+        # both count that kube-scheduler already saw freed.
+        self._lag_reasons = frozenset(
+            [REASON_NODE_NOT_IN_CACHE, *(insufficient_reason(r) for r in config.scheduler_counted_resources)]
+        )
         self.metrics.register_cache(self._cache_metrics)
         # Pods this filter saw that kube-scheduler's own binder bound (the cache's pod hook tells).
         self.bindless = BindlessPods(cache, self.metrics, wall_clock=wall_clock)

@@ -82,3 +82,21 @@ def test_passing_pods_never_wait() -> None:
     answer = asyncio.run(service.filter_caught_up(filter_body(pod_obj("cpu-only"), ["g1"])))
     assert answer["NodeNames"] == ["g1"]
     assert _waits(service, "changed") == _waits(service, "unchanged") == 0
+
+
+def test_a_node_kube_scheduler_knows_and_the_cache_not_yet_waits_for_it() -> None:
+    """Nodes added and a pod created at once (seen on a real cluster): kube-scheduler's informer had
+    the node, our watch delivered it a moment later."""
+    from app.objects import node_from_obj
+
+    service, _ = _service()
+    body = filter_body(pod_obj("p", gpus=1), ["fresh"])
+
+    async def run() -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.01, service.cache.upsert_node, node_from_obj(node_obj("fresh", gpus=8)))
+        return await service.filter_caught_up(body)
+
+    answer = asyncio.run(run())
+    assert answer["NodeNames"] == ["fresh"]
+    assert _waits(service, "changed") == 1
