@@ -12,6 +12,7 @@ from app.auth import read_token
 from app.fairness import FLAVOR_FAIRNESS, FlavorFairness
 from app.queues import QueueConfig, parse_queue_config
 from app.tls import check_readable, check_tls_files
+from scoring.best_scored import FEASIBLE, FilterReturns
 from scoring.framework import ArgsError, ScorePlugin
 from scoring.managed_fit import ManagedResourcesFit
 from scoring.priority_scale import CANDIDATES, PriorityScale
@@ -163,6 +164,12 @@ class ExtenderConfiguration(_Strict):
         description="How the profile's 0..100 node scores become /prioritize's 0..10: Candidates (relative to the "
         "nodes of the request: the best gets 10, every other node at most 9) or Absolute (each node alone, "
         "rounded to the nearest ten). See scoring/priority_scale.py.",
+    )
+    filterReturns: FilterReturns = Field(
+        FEASIBLE,
+        description="Which nodes /filter lets through: Feasible (every node that passes) or BestScored (only "
+        "those the profile scores highest: kube-scheduler then takes a single one without scoring, and "
+        "chooses among ties as before). See scoring/best_scored.py.",
     )
     cache: CacheConfig = Field(default_factory=CacheConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)

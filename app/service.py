@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 import msgspec
 import numpy as np
+import numpy.typing as npt
 
 from allocator import AllocationError
 from app import wire
@@ -29,6 +30,7 @@ from app.metrics import Metrics
 from app.objects import ObjectError, pod_from_obj, pod_placement
 from app.queues import QueueUsage
 from scoring import priority_scale
+from scoring.best_scored import BEST_SCORED, best_scored_batch
 from scoring.framework import Code, NodeInfo, PodInfo, Status
 from scoring.managed_fit import ManagedResourcesFit, insufficient_reason
 from scoring.quantity import QuantityError
@@ -187,18 +189,28 @@ class ExtenderService:
     def _candidates(self, pod: PodInfo, args: wire.ExtenderArgs) -> tuple[_Candidates, Batch | None]:
         """Candidates in request order, each once, and their table rows (None: use the scalar path)."""
         candidates = _Candidates.of(args, dedupe=False)
-        table = self.cache.table
-        if not table.exact or any(abs(v) >= EXACT_LIMIT for v in pod.resources.requests.values()):
+        if not self._exact(pod):
             return _Candidates.of(args), None
-        counted = self.cache.counted(pod.uid)
-        discount = (counted[0], pod.resources) if counted else None
-        batch = table.batch(candidates.names, discount)
+        batch = self._batch(pod, candidates.names)
         if batch is None or (not batch.known.all() and _repeats(candidates.names, batch)):
             candidates = _Candidates.of(args)  # repeated names: dedupe (rare), then gather again
-            batch = table.batch(candidates.names, discount)
+            batch = self._batch(pod, candidates.names)
         return candidates, batch
 
-    def _filter_verdicts(self, pod: PodInfo, args: wire.ExtenderArgs) -> tuple[_Candidates, BatchVerdicts]:
+    def _exact(self, pod: PodInfo) -> bool:
+        return self.cache.table.exact and all(abs(v) < EXACT_LIMIT for v in pod.resources.requests.values())
+
+    def _batch(self, pod: PodInfo, names: list[str]) -> Batch | None:
+        """The table rows of ``names``, with this pod's own requests discounted where it is counted;
+        None where the table cannot answer exactly (then the scalar path judges)."""
+        if not self._exact(pod):
+            return None
+        counted = self.cache.counted(pod.uid)
+        return self.cache.table.batch(names, (counted[0], pod.resources) if counted else None)
+
+    def _filter_verdicts(
+        self, pod: PodInfo, args: wire.ExtenderArgs
+    ) -> tuple[_Candidates, Batch | None, BatchVerdicts]:
         """Verdicts for all candidates: batched from the node table, one by one for unknown nodes."""
         candidates, batch = self._candidates(pod, args)
         names = candidates.names
@@ -206,14 +218,14 @@ class ExtenderService:
             verdicts = BatchVerdicts.passing(len(names))
             for position, name in enumerate(names):
                 verdicts.set(position, self._verdict(pod, name, candidates.allocatable(name)).status)
-            return candidates, verdicts
+            return candidates, batch, verdicts
         verdicts = self.profile.filter_batch(pod, batch)
         for position in np.flatnonzero(~batch.known).tolist():
             name = names[position]
             verdicts.set(position, self._verdict(pod, name, candidates.allocatable(name)).status)
         if batch.known.all():
             verdicts.rows = batch.rows
-        return candidates, verdicts
+        return candidates, batch, verdicts
 
     def _record(
         self, verb: str, pod: str, outcome: str, *, level: int = logging.DEBUG, msg: str = "decision", **detail: Any
@@ -280,7 +292,7 @@ class ExtenderService:
             self._record("filter", pod.key, "not-ready-pass", error=not_ready)
             candidates = _Candidates.of(args)
             return candidates.result(candidates.names), False
-        candidates, verdicts = self._filter_verdicts(pod, args)
+        candidates, batch, verdicts = self._filter_verdicts(pod, args)
         names = candidates.names
         if self.dra is not None and (pod.claims or pod.claims_pending):
             try:
@@ -290,18 +302,28 @@ class ExtenderService:
                 return wire.filter_result(error=f"cannot allocate the claims of pod {pod.key}: {exc}"), False
         passed = verdicts.passed(names)
         quota = self._quota_rejections(pod, passed)
-        if verdicts.rows is not None and not quota:  # prioritize will ask about exactly these
-            self.cache.table.remember(passed, verdicts.rows[verdicts.codes == 0])
         failed = verdicts.failed(names, Code.UNSCHEDULABLE)
         unresolvable = verdicts.failed(names, Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
         if quota:
             passed = [n for n in passed if n not in quota]
             for name, (hard, reason) in quota.items():
                 (unresolvable if hard else failed)[name] = reason
+        feasible = len(passed)
+        if self.config.filterReturns == BEST_SCORED and len(passed) > 1:
+            keep = verdicts.codes == 0
+            if quota:
+                keep &= np.array([name not in quota for name in names], dtype=np.bool_)
+            subset = None if batch is None else batch.subset(keep)
+            passed = self._best_scored(pod, candidates.subset(passed), subset)  # the others: left out, not failed
+        elif verdicts.rows is not None and not quota:  # prioritize will ask about exactly these
+            self.cache.table.remember(passed, verdicts.rows[verdicts.codes == 0])
         reasons = verdicts.reason_counts()
         for reason, count in reasons.items():
             self.metrics.filter_failures.labels(reason).inc(count)
-        self._record("filter", pod.key, "ok", passed=len(passed), failed=reasons)
+        if feasible != len(passed):
+            self._record("filter", pod.key, "ok", passed=len(passed), feasible=feasible, failed=reasons)
+        else:
+            self._record("filter", pod.key, "ok", passed=len(passed), failed=reasons)
         suspect = False
         if passed or not names:
             self._rejected.pop(pod.uid, None)
@@ -359,19 +381,37 @@ class ExtenderService:
 
     def _priorities(self, pod: PodInfo, candidates: _Candidates, batch: Batch | None, plugin: str | None) -> list[int]:
         """0..10 per candidate: the profile's 0..100 node scores through the configured priority scale."""
+        scores, known = self._node_scores(pod, candidates, batch, plugin)
+        result: list[int] = priority_scale.scale_batch(self.config.priorityScale, scores, known).tolist()
+        return result
+
+    def _node_scores(
+        self, pod: PodInfo, candidates: _Candidates, batch: Batch | None, plugin: str | None
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+        """The profile's 0..100 score per candidate, and whether the node could be scored at all."""
         names = candidates.names
         scores = None if batch is None else self.profile.node_scores_batch(pod, batch, plugin)
         if scores is None or batch is None:
-            node_scores = [self._node_score(pod, name, candidates.allocatable(name), plugin) for name in names]
-            return priority_scale.scale(self.config.priorityScale, node_scores)
-        known = batch.known.copy()
+            scores = np.zeros(len(names), dtype=np.int64)
+            known = np.zeros(len(names), dtype=np.bool_)
+        else:
+            known = batch.known.copy()
         for position in np.flatnonzero(~known).tolist():
             name = names[position]
             score = self._node_score(pod, name, candidates.allocatable(name), plugin)
             if score is not None:
                 scores[position], known[position] = score, True
-        result: list[int] = priority_scale.scale_batch(self.config.priorityScale, scores, known).tolist()
-        return result
+        return scores, known
+
+    def _best_scored(self, pod: PodInfo, candidates: _Candidates, batch: Batch | None) -> list[str]:
+        """``filterReturns: BestScored``: the candidates the profile scores highest (prioritize then
+        asks about these, so the table remembers their rows)."""
+        scores, known = self._node_scores(pod, candidates, batch, None)
+        keep = best_scored_batch(scores, known)
+        best = [name for name, kept in zip(candidates.names, keep.tolist(), strict=True) if kept]
+        if batch is not None and batch.known.all():
+            self.cache.table.remember(best, batch.rows[keep])
+        return best
 
     def _node_score(
         self, pod: PodInfo, name: str, allocatable: Mapping[str, Any] | None, plugin: str | None
@@ -629,6 +669,12 @@ class _Candidates:
             return wire.filter_result(node_names=passed, failed=failed, unresolvable=unresolvable)
         nodes = [self.by_name[name].raw for name in passed]
         return wire.filter_result(nodes=nodes, failed=failed, unresolvable=unresolvable)
+
+    def subset(self, names: list[str]) -> _Candidates:
+        """These candidates only (``names`` come from this request, each once)."""
+        if self.by_name is None:
+            return _Candidates(names)
+        return _Candidates(names, {name: self.by_name[name] for name in names})
 
     def allocatable(self, name: str) -> Mapping[str, Any] | None:
         if self.by_name is None:

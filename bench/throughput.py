@@ -48,16 +48,10 @@ import httpx
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e.controlplane import (
-    ADMIN_TOKEN,
-    ControlPlane,
-    Extender,
-    Proc,
-    extender_config,
-    locate_binaries,
-    pod_manifest,
-    wait_for,
-)
+from tests.e2e.api import pod_manifest
+from tests.e2e.binaries import locate_binaries
+from tests.e2e.controlplane import ADMIN_TOKEN, ControlPlane, Extender, extender_config
+from tests.e2e.process import Proc, wait_for
 
 GPU = "nvidia.com/gpu"
 NAMESPACE = "bench"
@@ -300,6 +294,14 @@ def baseline_scheduler_config(path: Path) -> Path:
     return path
 
 
+EXTRA_PHASES = ("baseline-nobatching", "extender-sampled", "extender-feasible")
+
+
+def _sampled(config: dict[str, Any]) -> None:
+    for profile in config["profiles"]:
+        profile.pop("percentageOfNodesToScore", None)
+
+
 def _leading_since(plane: ControlPlane, since: float) -> bool:
     """Whether the shipped profile's lease was acquired after ``since`` (a new scheduler leads)."""
     lease = plane.admin.find("/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/gpu-scheduler") or {}
@@ -343,6 +345,15 @@ def main(argv: list[str] | None = None) -> int:
         default=1000.0,
         help="kube-scheduler's client rate limit, both phases (0: its default 50/s, which caps the baseline's binds)",
     )
+    parser.add_argument(
+        "--extra-phase",
+        action="append",
+        default=[],
+        choices=EXTRA_PHASES,
+        help="also run: kube-scheduler alone without opportunistic batching; the shipped profile with "
+        "kube-scheduler's default percentageOfNodesToScore (the extender sees a sample of the nodes); the shipped "
+        "configuration with filterReturns: Feasible",
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--workdir", help="keep the control plane's files and logs here")
@@ -361,23 +372,28 @@ def main(argv: list[str] | None = None) -> int:
         watch = BindWatch(plane)
         for round_index in range(args.rounds):
             phases = {}
-            for name in ("baseline", "extender"):
+            for name in ("baseline", *args.extra_phase, "extender"):
                 started = time.time()
                 qps = args.scheduler_qps or None
-                if name == "baseline":
-                    plane.start_scheduler(0, baseline_scheduler_config(workdir / "baseline-scheduler.yaml"), qps=qps)
+                if name.startswith("baseline"):
+                    flags = ["--feature-gates=OpportunisticBatching=false"] if name == "baseline-nobatching" else []
+                    config = baseline_scheduler_config(workdir / "baseline-scheduler.yaml")
+                    plane.start_scheduler(0, config, qps=qps, flags=flags)
                 else:
-                    extender = plane.start_extender(extender_config())
-                    plane.start_scheduler(extender.port, qps=qps)
+                    config = extender_config()
+                    if name == "extender-feasible":
+                        config["filterReturns"] = "Feasible"
+                    extender = plane.start_extender(config)
+                    edit = _sampled if name == "extender-sampled" else None
+                    plane.start_scheduler(extender.port, qps=qps, edit=edit)
                     wait_for("kube-scheduler to lead", lambda since=started: _leading_since(plane, since), 60)
                 phase = run_phase(plane, f"r{round_index}-{name}", gpus, watch, args.timeout)
-                if name == "extender":
+                if name.startswith("extender"):
                     phase.verbs = _verb_latencies(extender)
-                    last_round = round_index == args.rounds - 1
-                    if last_round:
-                        results["packing"] = packing(plane, gpu_nodes)
-                        if args.fill_to:
-                            results["fill"] = fill(plane, watch, gpu_nodes, args.fill_to, args.timeout)
+                if name == "extender" and round_index == args.rounds - 1:
+                    results["packing"] = packing(plane, gpu_nodes)
+                    if args.fill_to:
+                        results["fill"] = fill(plane, watch, gpu_nodes, args.fill_to, args.timeout)
                 plane.stop_component("kube-scheduler")
                 plane.stop_component("extender")
                 phases[name] = phase

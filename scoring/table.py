@@ -56,6 +56,15 @@ class Batch:
     def __len__(self) -> int:
         return len(self.names)
 
+    def subset(self, keep: BoolArray) -> Batch:
+        """These candidates where ``keep`` is True, in order, without gathering their rows again."""
+        names = [name for name, kept in zip(self.names, keep.tolist(), strict=True) if kept]
+        position = -1
+        if self.discount_position >= 0 and keep[self.discount_position]:
+            position = int(np.count_nonzero(keep[: self.discount_position]))
+        discount = self.discount if position >= 0 else None
+        return Batch(names, self.rows[keep], self.known[keep], self.table, position, discount)
+
     def allocatable(self, resource: str) -> Int64Array:
         return self.table.gather(self.table.allocatable, resource, self.rows, self.known)
 

@@ -268,3 +268,48 @@ def test_one_structured_log_line_per_decision(caplog: pytest.LogCaptureFixture) 
     assert line["level"] == "debug" and line["msg"] == "decision"
     assert line["decision"]["verb"] == "filter" and line["decision"]["pod"] == "default/p"
     assert line["decision"]["failed"] == {"Insufficient nvidia.com/gpu": 1}
+
+
+@pytest.mark.parametrize("gpus", [0, 1, 2, 4])
+def test_best_scored_filter_keeps_the_top_priority_nodes(gpus: int) -> None:
+    """``filterReturns: BestScored``: the nodes that pass, narrowed to those /prioritize would give 10
+    (the nodes left out are not reported failed); the rejected ones are reported as before."""
+    from pathlib import Path
+
+    from app.cache import ClusterCache
+    from app.config import parse_config
+    from app.snapshot import load_snapshot
+
+    answers = {}
+    for mode in ("Feasible", "BestScored"):
+        service = make_service(config=parse_config({"filterReturns": mode}))
+        cache = ClusterCache()
+        load_snapshot(Path(__file__).resolve().parents[2] / "examples" / "cluster.yaml", cache)
+        service.cache = cache
+        for source in ("nodes", "pods"):
+            cache.source(source).synced = True
+        body = filter_body(pod_obj("p", gpus=gpus, cpu="8", memory="32Gi"), sorted(cache.nodes))
+        answers[mode] = (service.filter(body), service)
+    feasible, service = answers["Feasible"]
+    best, _ = answers["BestScored"]
+    pod = pod_obj("p", gpus=gpus, cpu="8", memory="32Gi")
+    priorities = json.loads(wire.encode(service.prioritize(filter_body(pod, feasible["NodeNames"]))))
+    assert best["NodeNames"] == [s["Host"] for s in priorities if s["Score"] == 10]
+    assert 0 < len(best["NodeNames"]) < len(feasible["NodeNames"])
+    assert best["FailedNodes"] == feasible["FailedNodes"]
+    assert best["FailedAndUnresolvableNodes"] == feasible["FailedAndUnresolvableNodes"]
+
+
+def test_best_scored_filter_passes_a_single_feasible_node_and_nothing_when_none() -> None:
+    from app.config import parse_config
+
+    service = make_service(
+        [node_obj("g1", gpus=4), node_obj("g2", gpus=1)], config=parse_config({"filterReturns": "BestScored"})
+    )
+    assert _filter(service, pod_obj("p", gpus=2), ["g1", "g2"])["NodeNames"] == ["g1"]
+    answer = _filter(service, pod_obj("q", gpus=8), ["g1", "g2"])
+    assert answer["NodeNames"] == []
+    assert answer["FailedAndUnresolvableNodes"] == {
+        "g1": "Insufficient nvidia.com/gpu",
+        "g2": "Insufficient nvidia.com/gpu",
+    }

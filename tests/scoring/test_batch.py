@@ -145,3 +145,31 @@ def test_recent_lists_are_recalled_only_while_valid() -> None:
     subset = names[::3]
     table.remember(subset, np.array([table.index.get(n, 0) for n in subset]))
     assert _rows(table.batch(list(subset))) == [table.index.get(n, 0) for n in subset]
+
+
+@given(st.lists(st.booleans(), min_size=4, max_size=4), st.sampled_from(["g0", "g1", "g2", "g3"]))
+def test_subset_reads_as_a_batch_gathered_for_those_names(keep: list[bool], assumed_on: str) -> None:
+    """``Batch.subset`` (filter narrowing to the best scored nodes) equals gathering the kept names
+    again, the pod's own assumption discounted where its node is kept. "gone" is unknown to the table."""
+    table = NodeTable()
+    for i in range(3):
+        table.upsert(
+            NodeInfo(
+                f"g{i}",
+                {"nvidia.com/gpu": 8},
+                {"nvidia.com/gpu": i + 1},
+                allocatable_types=frozenset({"nvidia.com/gpu"}),
+            )
+        )
+    pod = PodInfo("u", "ns", "p", PodResources({"nvidia.com/gpu": 1}, 0, 0))
+    names = ["g0", "g1", "gone", "g2"]
+    whole = table.batch(names, (assumed_on, pod.resources))
+    assert whole is not None
+    subset = whole.subset(np.array(keep, dtype=np.bool_))
+    kept = [name for name, k in zip(names, keep, strict=True) if k]
+    fresh = table.batch(kept, (assumed_on, pod.resources))
+    assert fresh is not None
+    assert list(subset.names) == kept
+    assert subset.known.tolist() == fresh.known.tolist()
+    assert subset.requested("nvidia.com/gpu").tolist() == fresh.requested("nvidia.com/gpu").tolist()
+    assert subset.allocatable("nvidia.com/gpu").tolist() == fresh.allocatable("nvidia.com/gpu").tolist()
