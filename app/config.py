@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from app.auth import read_token
 from app.fairness import FLAVOR_FAIRNESS, FlavorFairness
 from app.queues import QueueConfig, parse_queue_config
 from app.tls import check_readable, check_tls_files
+from app.yamlfile import read_yaml
 from scoring.best_scored import FEASIBLE, FilterReturns
 from scoring.framework import ArgsError, ScorePlugin
 from scoring.managed_fit import ManagedResourcesFit
@@ -254,14 +254,7 @@ def load_config(path: str | Path | None) -> ExtenderConfiguration:
     """Load and validate a config file; ``None`` gives the built-in defaults (the seed's example)."""
     if path is None:
         return ExtenderConfiguration()
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: invalid YAML: {exc}") from None
+    data = read_yaml(path, "config", ConfigError)
     try:
         return parse_config(data)
     except ConfigError as exc:

@@ -32,8 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from app.yamlfile import read_yaml
 from scoring import balanced, intree
 from scoring.framework import ArgsError, PodInfo
 from scoring.kube_scheduler import KubeSchedulerScore, WeightedPlugin
@@ -463,14 +462,7 @@ def load_scheduler_config(
     path: str | Path, profile: str | None = None, *, source: str | None = None
 ) -> SchedulerConfig:
     """Read ``path``; ``source`` is how reports name it (default: the path as given)."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SchedulerConfigError(f"cannot read scheduler config {path}: {exc.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise SchedulerConfigError(f"{path}: invalid YAML: {exc}") from None
+    data = read_yaml(path, "scheduler config", SchedulerConfigError)
     return parse_scheduler_config(data, source or str(path), profile)
 
 
