@@ -229,7 +229,9 @@ def decode_preempt_args(body: bytes) -> PreemptArgs:
                 uids = [str(_lower(p).get("uid", "")) for p in pods]
                 full_pods: list[dict[str, Any]] = []
             else:
-                full_pods = [p for p in pods if isinstance(p, dict)]
+                if not all(isinstance(p, dict) and isinstance(p.get("metadata") or {}, dict) for p in pods):
+                    raise WireError(f"victims of node {node}: a victim is not a Pod object")
+                full_pods = pods
                 uids = [str((p.get("metadata") or {}).get("uid", "")) for p in full_pods]
             if any(not uid for uid in uids):
                 raise WireError(f"victims of node {node}: a victim has no UID")

@@ -64,3 +64,12 @@ def test_encode_echoes_raw_nodes() -> None:
     assert wire.encode(wire.filter_result(nodes=[raw])).startswith(
         b'{"Nodes":{"metadata":{},"items":[{"metadata":{"name":"a"}}]}'
     )
+
+
+@pytest.mark.parametrize("victim", ["a-string", {"metadata": "a-string"}, 7])
+def test_preempt_victims_that_are_not_pod_objects_are_a_wire_error(victim: object) -> None:
+    """Found by the fuzzer: a victim that is not an object (or whose metadata is not) crashed the
+    decoder into an internal error; it is a bad request, answered like any other."""
+    body = json.dumps({"Pod": pod_obj("p", gpus=1), "NodeNameToVictims": {"g1": {"Pods": [victim]}}}).encode()
+    with pytest.raises(wire.WireError, match="victims of node g1: a victim is not a Pod object"):
+        wire.decode_preempt_args(body)
