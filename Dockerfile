@@ -6,12 +6,14 @@ FROM python:3.11-slim AS builder
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1
 WORKDIR /src
-# Only what the wheel is built from. As later packages land (allocator/,
-# fairshare/), add a COPY line for each here (and to the setuptools
-# packages.find include list in pyproject.toml).
+# Only what the wheel is built from: every package of the setuptools
+# packages.find include list in pyproject.toml (tests/deploy checks they agree).
 COPY pyproject.toml README.md ./
 COPY app/ app/
 COPY scoring/ scoring/
+COPY allocator/ allocator/
+COPY fairshare/ fairshare/
+COPY k8s_semantics/ k8s_semantics/
 # Just our wheel; dependencies are installed from the index in the next stages.
 RUN pip wheel --no-deps --wheel-dir /dist .
 

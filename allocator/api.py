@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, NamedTuple
 
+from k8s_semantics.nodeselector import NodeSelector, NodeSelectorRequirement, NodeSelectorTerm
+from k8s_semantics.taints import tolerates
 from scoring.quantity import QuantityError, parse_quantity
 
 __all__ = [
@@ -101,26 +103,7 @@ class NodeRef:
 
 
 # ---------------------------------------------------------------------------------------- node selectors
-
-
-@dataclass(frozen=True, slots=True)
-class NodeSelectorRequirement:
-    key: str
-    operator: str
-    values: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class NodeSelectorTerm:
-    match_expressions: tuple[NodeSelectorRequirement, ...] = ()
-    match_fields: tuple[NodeSelectorRequirement, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class NodeSelector:
-    """core/v1 NodeSelector: the terms are ORed, the requirements inside a term ANDed."""
-
-    terms: tuple[NodeSelectorTerm, ...]
+# NodeSelector, NodeSelectorTerm, NodeSelectorRequirement: k8s_semantics.nodeselector (imported above).
 
 
 # ---------------------------------------------------------------------------------------- classes and claims
@@ -158,14 +141,8 @@ class DeviceToleration:
     toleration_seconds: int | None = None
 
     def tolerates(self, taint: DeviceTaint) -> bool:
-        """resourceclaim.ToleratesTaint: empty effect / key match anything; Exists ignores the value."""
-        if self.effect and self.effect != taint.effect:
-            return False
-        if self.key and self.key != taint.key:
-            return False
-        if self.operator == "Exists":
-            return True
-        return self.operator == "Equal" and self.value == taint.value
+        """resourceclaim.ToleratesTaint, which is core/v1's (k8s_semantics.taints)."""
+        return tolerates(self, taint)
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from k8s_semantics.nodeselector import NodeSelectorRequirement, requirement_matches
+from k8s_semantics.taints import Taint, Toleration, tolerates
 from scoring.quantity import QuantityError, parse_quantity
 
 __all__ = [
@@ -28,7 +30,6 @@ __all__ = [
     "node_matches_flavor",
     "parse_resource_flavor",
     "parse_toleration",
-    "toleration_tolerates",
 ]
 
 DEFAULT_RESOURCE_WEIGHT = 1.0
@@ -39,28 +40,6 @@ _EFFECTS = frozenset({"NoSchedule", "PreferNoSchedule", "NoExecute"})
 
 class ConfigError(ValueError):
     """Bad queue/flavor configuration; the message names the field path."""
-
-
-@dataclass(frozen=True, slots=True)
-class Taint:
-    key: str
-    value: str = ""
-    effect: str = "NoSchedule"
-
-
-@dataclass(frozen=True, slots=True)
-class Toleration:
-    key: str = ""
-    operator: str = "Equal"
-    value: str = ""
-    effect: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class NodeSelectorRequirement:
-    key: str
-    operator: str
-    values: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,51 +64,9 @@ class ResourceFlavor:
         return self.resource_weights.get(resource, DEFAULT_RESOURCE_WEIGHT)
 
 
-def toleration_tolerates(tol: Toleration, taint: Taint) -> bool:
-    """Kubernetes toleration matching, plus Kueue's numeric Lt/Gt."""
-    if tol.effect and tol.effect != taint.effect:
-        return False
-    if not tol.key:
-        return tol.operator == "Exists"
-    if tol.key != taint.key:
-        return False
-    if tol.operator == "Exists":
-        return True
-    if tol.operator in ("", "Equal"):
-        return tol.value == taint.value
-    if tol.operator in ("Lt", "Gt"):
-        try:
-            tv, nv = int(tol.value), int(taint.value)
-        except ValueError:
-            return False
-        return nv < tv if tol.operator == "Lt" else nv > tv
-    return False
-
-
 def node_matches_flavor(node_labels: Mapping[str, str], flavor: ResourceFlavor) -> bool:
     """A node belongs to a flavor when it carries every flavor nodeLabel; an empty flavor takes all."""
     return all(node_labels.get(k) == v for k, v in flavor.node_labels.items())
-
-
-def _requirement_matches(req: NodeSelectorRequirement, labels: Mapping[str, str]) -> bool:
-    present = req.key in labels
-    value = labels.get(req.key, "")
-    op = req.operator
-    if op == "In":
-        return present and value in req.values
-    if op == "NotIn":
-        return not present or value not in req.values
-    if op == "Exists":
-        return present
-    if op == "DoesNotExist":
-        return not present
-    if op in ("Gt", "Lt") and present and len(req.values) == 1:
-        try:
-            lv, rv = int(value), int(req.values[0])
-        except ValueError:
-            return False
-        return lv > rv if op == "Gt" else lv < rv
-    return False
 
 
 def flavor_fits_pod(flavor: ResourceFlavor, pod: PodPlacement) -> str | None:
@@ -138,7 +75,7 @@ def flavor_fits_pod(flavor: ResourceFlavor, pod: PodPlacement) -> str | None:
     for taint in flavor.node_taints:
         if taint.effect not in _CHECKED_EFFECTS:
             continue
-        if not any(toleration_tolerates(t, taint) for t in tolerations):
+        if not any(tolerates(t, taint) for t in tolerations):
             return f"untolerated taint {taint.key}={taint.value}:{taint.effect} of flavor {flavor.name}"
     keys = flavor.node_labels
     for key, value in pod.node_selector.items():
@@ -150,7 +87,7 @@ def flavor_fits_pod(flavor: ResourceFlavor, pod: PodPlacement) -> str | None:
         if not kept:
             return None  # one term lost every expression: the whole affinity is dropped
         terms.append(kept)
-    if terms and not any(all(_requirement_matches(r, keys) for r in term) for term in terms):
+    if terms and not any(all(requirement_matches(r, keys) for r in term) for term in terms):
         return f"required node affinity does not match flavor {flavor.name}"
     return None
 

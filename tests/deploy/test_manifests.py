@@ -86,3 +86,18 @@ def test_rbac_lets_the_extender_read_but_never_write_kueue_objects() -> None:
         assert {("kueue.x-k8s.io", kind.resource, v) for v in ("get", "list", "watch")} <= granted
     kueue_verbs = {verb for group, _, verb in granted if group == "kueue.x-k8s.io"}
     assert kueue_verbs == {"get", "list", "watch"}  # read-only: Kueue's controller owns these objects
+
+
+def test_the_image_builds_its_wheel_from_every_package() -> None:
+    """The Dockerfile's builder stage copies every package pyproject.toml packs (it once copied only
+    app/ and scoring/, and the image could not import allocator/)."""
+    import re
+    import tomllib
+
+    root = Path(__file__).resolve().parents[2]
+    include = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+    packages = {pattern.rstrip("*") for pattern in include}
+    builder = (root / "Dockerfile").read_text().split("FROM ")[1]
+    copied = set(re.findall(r"^COPY (\w+)/ \1/$", builder, flags=re.MULTILINE))
+    assert copied == packages
+    assert all((root / p / "__init__.py").is_file() for p in packages)

@@ -13,8 +13,8 @@ from fairshare.flavor import (
     flavor_fits_pod,
     node_matches_flavor,
     parse_resource_flavor,
-    toleration_tolerates,
 )
+from k8s_semantics.taints import tolerates
 
 
 def test_weights_both_shapes_and_default() -> None:
@@ -44,12 +44,12 @@ def test_validation_names_field(raw: dict[str, object], message: str) -> None:
 
 def test_toleration_rules() -> None:
     taint = Taint("spot", "true", "NoSchedule")
-    assert toleration_tolerates(Toleration(operator="Exists"), taint)
-    assert toleration_tolerates(Toleration("spot", "Equal", "true"), taint)
-    assert not toleration_tolerates(Toleration("spot", "Equal", "false"), taint)
-    assert not toleration_tolerates(Toleration("spot", "Exists", effect="NoExecute"), taint)
-    assert toleration_tolerates(Toleration("gen", "Gt", "3"), Taint("gen", "5"))
-    assert not toleration_tolerates(Toleration("gen", "Lt", "3"), Taint("gen", "5"))
+    assert tolerates(Toleration(operator="Exists"), taint)
+    assert tolerates(Toleration("spot", "Equal", "true"), taint)
+    assert not tolerates(Toleration("spot", "Equal", "false"), taint)
+    assert not tolerates(Toleration("spot", "Exists", effect="NoExecute"), taint)
+    assert tolerates(Toleration("gen", "Gt", "3"), Taint("gen", "5"))
+    assert not tolerates(Toleration("gen", "Lt", "3"), Taint("gen", "5"))
 
 
 def test_flavor_taints_tolerations_and_labels() -> None:
