@@ -37,6 +37,7 @@ from allocator.api import (
     parse_resource_slice,
 )
 from allocator.cel import SelectorCache, SelectorError
+from allocator.errors import AllocatorError
 from allocator.nodeselector import node_selector_matches, node_selector_to_obj
 from allocator.pools import NodePools, Pool, SliceIndex
 from allocator.result import allocated_device_ids, allocation_to_obj, parse_allocation
@@ -50,6 +51,7 @@ __all__ = [
     "AllocationError",
     "AllocationResult",
     "Allocator",
+    "AllocatorError",
     "DeviceClass",
     "DeviceID",
     "DeviceRequestAllocationResult",

@@ -45,6 +45,7 @@ from allocator.api import (
     ResourceClaim,
 )
 from allocator.cel import SelectorCache, SelectorError
+from allocator.errors import AllocatorError
 from allocator.pools import Candidate, NodePools
 
 __all__ = [
@@ -60,7 +61,7 @@ REASON_CANNOT_ALLOCATE = "cannot allocate all claims"  # upstream's node-level m
 REASON_INVALID_POOLS = "invalid resource pools were encountered"
 
 
-class AllocationError(Exception):
+class AllocationError(AllocatorError):
     """The pod cannot be scheduled anywhere as it is (not a property of one node)."""
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, NamedTuple
 
+from allocator.errors import AllocatorError
 from k8s_semantics.nodeselector import NodeSelector, NodeSelectorRequirement, NodeSelectorTerm
 from k8s_semantics.taints import tolerates
 from scoring.quantity import QuantityError, parse_quantity
@@ -79,7 +80,7 @@ _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _INT_TEXT = re.compile(r"[+-]?[0-9]+")
 
 
-class ParseError(ValueError):
+class ParseError(AllocatorError, ValueError):
     """A resource.k8s.io object that cannot be used; the message names the object and the field."""
 
 

@@ -31,6 +31,7 @@ from cel_expr_python import cel
 from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
 
 from allocator.api import Attribute, Device
+from allocator.errors import AllocatorError
 from scoring.quantity import QuantityError, parse_quantity
 
 __all__ = ["EXPRESSION_MAX_LENGTH", "SelectorCache", "SelectorError", "device_variable"]
@@ -42,7 +43,7 @@ _TAGGED = cel.Type.Map(cel.Type.STRING, cel.Type.STRING)
 _LITERAL = re.compile(r"\"((?:[^\"\\]|\\.)*)\"|'((?:[^'\\]|\\.)*)'")
 
 
-class SelectorError(Exception):
+class SelectorError(AllocatorError):
     """A selector that does not compile, or whose evaluation failed for a device."""
 
 

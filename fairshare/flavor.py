@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from fairshare.errors import FairshareError
 from k8s_semantics.nodeselector import NodeSelectorRequirement, requirement_matches
 from k8s_semantics.taints import Taint, Toleration, tolerates
 from scoring.quantity import QuantityError, parse_quantity
@@ -38,7 +39,7 @@ _CHECKED_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 _EFFECTS = frozenset({"NoSchedule", "PreferNoSchedule", "NoExecute"})
 
 
-class ConfigError(ValueError):
+class ConfigError(FairshareError):
     """Bad queue/flavor configuration; the message names the field path."""
 
 

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from scoring.errors import ScoringError
 from scoring.resources import CPU, MEMORY, PodResources, is_scored_resource_name
 
 __all__ = [
@@ -104,7 +105,7 @@ class NodeInfo:
         return self.requested.get(name, 0)
 
 
-class ArgsError(ValueError):
+class ArgsError(ScoringError):
     """Invalid plugin args; the message starts with the offending field's path."""
 
 

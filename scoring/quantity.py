@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
+from scoring.errors import ScoringError
+
 __all__ = ["QuantityError", "ceil_milli", "ceil_value", "parse_quantity", "to_milli", "to_value"]
 
 # <sign>?<digits>[.<digits>] followed by a binary-SI, decimal-SI or decimal-exponent suffix.
@@ -32,7 +34,7 @@ _DECIMAL = {
 }
 
 
-class QuantityError(ValueError):
+class QuantityError(ScoringError):
     """A string that is not a valid Kubernetes quantity."""
 
 
