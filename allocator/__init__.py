@@ -3,7 +3,8 @@
 Pure: ResourceSlices, DeviceClasses and ResourceClaims in, AllocationResults out. No I/O, no
 HTTP, no Kubernetes client, like kube-scheduler's structured allocator.
 
-* ``api`` - the v1 objects and their strict parsers (priorities from spec or annotations);
+* ``types`` - the v1 objects; ``parse`` / ``parse_slice`` - their strict parsers (priorities from spec or
+  annotations); ``errors`` - the package's base error;
 * ``pools`` - per-node pool gathering, validation and KEP-5773 order, memoised in ``SliceIndex``;
 * ``cel`` - CEL selectors (cel-expr-python) with the Kubernetes quantity and semver libraries;
 * ``allocate`` - the backtracking first-fit search and the AllocationResult it builds;
@@ -18,7 +19,19 @@ from allocator.allocate import (
     Allocator,
     Unschedulable,
 )
-from allocator.api import (
+from allocator.cel import SelectorCache, SelectorError
+from allocator.errors import AllocatorError
+from allocator.nodeselector import node_selector_matches, node_selector_to_obj
+from allocator.parse import (
+    ParseError,
+    parse_device_class,
+    parse_node_selector,
+    parse_resource_claim,
+)
+from allocator.parse_slice import parse_resource_slice
+from allocator.pools import NodePools, Pool, SliceIndex
+from allocator.result import allocated_device_ids, allocation_to_obj, parse_allocation
+from allocator.types import (
     POOL_PRIORITY_ANNOTATION,
     PRIORITY_ANNOTATION,
     AllocationResult,
@@ -27,20 +40,10 @@ from allocator.api import (
     DeviceRequestAllocationResult,
     NodeRef,
     NodeSelector,
-    ParseError,
     ResourceClaim,
     ResourceClaimConsumer,
     ResourceSlice,
-    parse_device_class,
-    parse_node_selector,
-    parse_resource_claim,
-    parse_resource_slice,
 )
-from allocator.cel import SelectorCache, SelectorError
-from allocator.errors import AllocatorError
-from allocator.nodeselector import node_selector_matches, node_selector_to_obj
-from allocator.pools import NodePools, Pool, SliceIndex
-from allocator.result import allocated_device_ids, allocation_to_obj, parse_allocation
 
 __all__ = [
     "POOL_PRIORITY_ANNOTATION",

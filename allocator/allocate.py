@@ -23,7 +23,10 @@ from __future__ import annotations
 from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from allocator.api import (
+from allocator.cel import SelectorCache, SelectorError
+from allocator.errors import AllocatorError
+from allocator.pools import Candidate, NodePools
+from allocator.types import (
     ALLOCATION_MODE_ALL,
     ALLOCATION_MODE_EXACT_COUNT,
     ALLOCATION_RESULTS_MAX_SIZE,
@@ -44,9 +47,6 @@ from allocator.api import (
     NodeSelectorTerm,
     ResourceClaim,
 )
-from allocator.cel import SelectorCache, SelectorError
-from allocator.errors import AllocatorError
-from allocator.pools import Candidate, NodePools
 
 __all__ = [
     "REASON_CANNOT_ALLOCATE",

@@ -30,8 +30,8 @@ from typing import Any
 from cel_expr_python import cel
 from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
 
-from allocator.api import Attribute, Device
 from allocator.errors import AllocatorError
+from allocator.types import Attribute, Device
 from scoring.quantity import QuantityError, parse_quantity
 
 __all__ = ["EXPRESSION_MAX_LENGTH", "SelectorCache", "SelectorError", "device_variable"]

@@ -7,7 +7,7 @@ Used for slice relevance (a slice's or device's ``nodeSelector``) and for alread
 
 from __future__ import annotations
 
-from allocator.api import NodeRef, NodeSelector, NodeSelectorRequirement
+from allocator.types import NodeRef, NodeSelector, NodeSelectorRequirement
 from k8s_semantics import nodeselector
 
 __all__ = ["node_selector_matches", "node_selector_to_obj"]

@@ -27,7 +27,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from allocator.api import (
+from allocator.nodeselector import node_selector_matches
+from allocator.types import (
     Device,
     DeviceID,
     NodeRef,
@@ -36,7 +37,6 @@ from allocator.api import (
     NodeSelectorTerm,
     ResourceSlice,
 )
-from allocator.nodeselector import node_selector_matches
 
 __all__ = ["Candidate", "NodePools", "Pool", "PoolKey", "SliceIndex", "gather_pools"]
 

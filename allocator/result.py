@@ -10,17 +10,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from allocator.api import (
+from allocator.nodeselector import node_selector_to_obj
+from allocator.parse import _allocation, _Obj
+from allocator.types import (
     AllocationResult,
     DeviceAllocationConfiguration,
     DeviceID,
     DeviceRequestAllocationResult,
     DeviceToleration,
     OpaqueDeviceConfiguration,
-    _allocation,
-    _Obj,
 )
-from allocator.nodeselector import node_selector_to_obj
 
 __all__ = ["allocated_device_ids", "allocation_to_obj", "parse_allocation"]
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from allocator.api import ALLOCATION_MODE_EXACT_COUNT, ResourceClaim
+from allocator.types import ALLOCATION_MODE_EXACT_COUNT, ResourceClaim
 from fairshare.drs import DominantResourceShare, dominant_resource_share
 from fairshare.flavor import ConfigError, ResourceFlavor, node_matches_flavor, parse_resource_flavor
 from fairshare.kai import KaiQueue, parse_kai_queue

@@ -25,7 +25,7 @@ from allocator import (
     allocation_to_obj,
     parse_allocation,
 )
-from allocator.api import CONFIG_SOURCE_CLAIM, CONFIG_SOURCE_CLASS
+from allocator.types import CONFIG_SOURCE_CLAIM, CONFIG_SOURCE_CLASS
 from tests.allocator.builders import (
     DRIVER,
     NODE,

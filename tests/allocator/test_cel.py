@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 from allocator import SelectorCache, SelectorError
-from allocator.api import Device
 from allocator.cel import EXPRESSION_MAX_LENGTH
+from allocator.types import Device
 from tests.allocator.builders import DRIVER, gpu, rslice
 
 

@@ -14,7 +14,7 @@ from allocator import (
     parse_resource_claim,
     parse_resource_slice,
 )
-from allocator.api import ALLOCATION_MODE_ALL
+from allocator.types import ALLOCATION_MODE_ALL
 from tests.allocator.builders import claim, exactly, first_available, gpu, slice_obj, sub
 
 # ---------------------------------------------------------------------------------------- priorities

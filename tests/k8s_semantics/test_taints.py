@@ -37,7 +37,7 @@ def test_tolerates(toleration: Toleration, taint: Taint, tolerated: bool) -> Non
 
 
 def test_device_taints_use_the_same_rules() -> None:
-    from allocator.api import DeviceTaint, DeviceToleration
+    from allocator.types import DeviceTaint, DeviceToleration
 
     taint = DeviceTaint("gpu.example.com/unhealthy", "NoSchedule", "true")
     assert DeviceToleration("gpu.example.com/unhealthy", "Exists").tolerates(taint)

@@ -1,0 +1,179 @@
+"""resource.k8s.io/v1 ResourceSlices parsed from the API server's JSON into ``allocator.types`` (the
+field reader and the rules are ``allocator.parse``'s; see there)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from fractions import Fraction
+from typing import Any
+
+from allocator.parse import _metadata, _node_selector, _Obj, _priority
+from allocator.types import (
+    POOL_PRIORITY_ANNOTATION,
+    PRIORITY_ANNOTATION,
+    Attribute,
+    CounterSet,
+    Device,
+    DeviceCapacity,
+    DeviceCounterConsumption,
+    DeviceTaint,
+    ResourcePool,
+    ResourceSlice,
+)
+
+__all__ = ["parse_resource_slice"]
+
+
+_ATTRIBUTE_KINDS = ("int", "bool", "string", "version", "ints", "bools", "strings", "versions")
+
+
+def _attribute(o: _Obj, value: Any, path: str) -> Attribute:
+    attr = o.obj(value, path)
+    present = [kind for kind in _ATTRIBUTE_KINDS if attr.get(kind) is not None]
+    if len(present) > 1:
+        raise o.fail(path, f"must have exactly one value, has {', '.join(present)}")
+    if not present:
+        return Attribute("unknown", None)  # a future value type: the device is never allocated
+    kind = present[0]
+    raw = attr[kind]
+    if kind == "int":
+        return Attribute(kind, o.int64(raw, f"{path}.int"))
+    if kind == "bool":
+        if not isinstance(raw, bool):
+            raise o.fail(f"{path}.bool", f"must be a boolean, not {type(raw).__name__}")
+        return Attribute(kind, raw)
+    if kind in ("string", "version"):
+        if not isinstance(raw, str):
+            raise o.fail(f"{path}.{kind}", f"must be a string, not {type(raw).__name__}")
+        return Attribute(kind, raw)
+    items = o.seq(raw, f"{path}.{kind}")
+    if kind == "ints":
+        return Attribute(kind, tuple(o.int64(v, f"{path}.ints[{i}]") for i, v in enumerate(items)))
+    if kind == "bools":
+        for i, v in enumerate(items):
+            if not isinstance(v, bool):
+                raise o.fail(f"{path}.bools[{i}]", f"must be a boolean, not {type(v).__name__}")
+        return Attribute(kind, tuple(items))
+    return Attribute(kind, o.strings(items, f"{path}.{kind}"))
+
+
+def _counters(o: _Obj, value: Any, path: str) -> dict[str, Fraction]:
+    out = {}
+    for name, counter in o.obj(value, path).items():
+        out[name] = o.quantity(o.obj(counter, f"{path}[{name!r}]").get("value"), f"{path}[{name!r}].value")
+    return out
+
+
+def _unsupported(
+    attributes: Mapping[str, Attribute], counters: bool, binding_conditions: bool, multiple_allocations: bool
+) -> str:
+    """Why a device needs a feature this extender does not implement ("" if none)."""
+    if counters:
+        return "consumes shared counters (partitionable devices are not supported)"
+    if binding_conditions:
+        return "has binding conditions (not supported)"
+    if multiple_allocations:
+        return "allows multiple allocations (consumable capacity is not supported)"
+    for name, attr in attributes.items():
+        if attr.kind not in ("int", "bool", "string", "version"):
+            return f"attribute {name} has a {attr.kind} value (list attributes are not supported)"
+    return ""
+
+
+def _device(o: _Obj, item: Any, path: str) -> Device:
+    d = o.obj(item, path)
+    attributes = {
+        name: _attribute(o, value, f"{path}.attributes[{name!r}]")
+        for name, value in o.obj(d.get("attributes"), f"{path}.attributes").items()
+    }
+    capacity = {}
+    for name, value in o.obj(d.get("capacity"), f"{path}.capacity").items():
+        cp = f"{path}.capacity[{name!r}]"
+        cap = o.obj(value, cp)
+        raw = cap.get("value")
+        policy = cap.get("requestPolicy")
+        capacity[name] = DeviceCapacity(
+            o.quantity(raw, f"{cp}.value"), str(raw), None if policy is None else o.obj(policy, f"{cp}.requestPolicy")
+        )
+    consumes = []
+    for i, raw in enumerate(o.seq(d.get("consumesCounters"), f"{path}.consumesCounters")):
+        cp = f"{path}.consumesCounters[{i}]"
+        c = o.obj(raw, cp)
+        consumes.append(
+            DeviceCounterConsumption(
+                o.text(c, "counterSet", cp, required=True), _counters(o, c.get("counters"), f"{cp}.counters")
+            )
+        )
+    taints = []
+    for i, raw in enumerate(o.seq(d.get("taints"), f"{path}.taints")):
+        tp = f"{path}.taints[{i}]"
+        t = o.obj(raw, tp)
+        taints.append(
+            DeviceTaint(
+                o.text(t, "key", tp, required=True),
+                o.text(t, "effect", tp),
+                o.text(t, "value", tp),
+                o.opt_text(t, "timeAdded", tp),
+            )
+        )
+    binding_conditions = o.strings(d.get("bindingConditions"), f"{path}.bindingConditions")
+    multiple = bool(o.flag(d, "allowMultipleAllocations", path))
+    return Device(
+        name=o.text(d, "name", path, required=True),
+        attributes=attributes,
+        capacity=capacity,
+        consumes_counters=tuple(consumes),
+        taints=tuple(taints),
+        binds_to_node=bool(o.flag(d, "bindsToNode", path)),
+        binding_conditions=binding_conditions,
+        binding_failure_conditions=o.strings(d.get("bindingFailureConditions"), f"{path}.bindingFailureConditions"),
+        allow_multiple_allocations=multiple,
+        node_name=o.text(d, "nodeName", path) or None,
+        node_selector=_node_selector(o, d.get("nodeSelector"), f"{path}.nodeSelector"),
+        all_nodes=bool(o.flag(d, "allNodes", path)),
+        unsupported=_unsupported(attributes, bool(consumes), bool(binding_conditions), multiple),
+    )
+
+
+def parse_resource_slice(obj: Mapping[str, Any]) -> ResourceSlice:
+    """A resource.k8s.io/v1 ResourceSlice, with KEP-5773 priorities from the spec or the annotations."""
+    o, meta = _metadata(obj, "ResourceSlice", namespaced=False)
+    annotations = o.string_map(meta.get("annotations"), "metadata.annotations")
+    spec = o.obj(obj.get("spec"), "spec")
+    driver = o.text(spec, "driver", "spec", required=True)
+    pool = o.obj(spec.get("pool"), "spec.pool")
+    if not pool:
+        raise o.fail("spec.pool", "required")
+    generation = o.int64(pool.get("generation", 0), "spec.pool.generation")
+    count = o.int64(pool.get("resourceSliceCount", 0), "spec.pool.resourceSliceCount")
+    if count < 1:
+        raise o.fail("spec.pool.resourceSliceCount", "must be >= 1")
+    resource_pool = ResourcePool(
+        name=o.text(pool, "name", "spec.pool", required=True),
+        generation=generation,
+        resource_slice_count=count,
+        priority=_priority(o, pool.get("priority"), "spec.pool.priority", annotations, POOL_PRIORITY_ANNOTATION),
+    )
+    shared = []
+    for i, raw in enumerate(o.seq(spec.get("sharedCounters"), "spec.sharedCounters")):
+        cp = f"spec.sharedCounters[{i}]"
+        c = o.obj(raw, cp)
+        shared.append(
+            CounterSet(o.text(c, "name", cp, required=True), _counters(o, c.get("counters"), f"{cp}.counters"))
+        )
+    return ResourceSlice(
+        name=meta["name"],
+        driver=driver,
+        pool=resource_pool,
+        priority=_priority(o, spec.get("priority"), "spec.priority", annotations, PRIORITY_ANNOTATION),
+        node_name=o.text(spec, "nodeName", "spec") or None,
+        node_selector=_node_selector(o, spec.get("nodeSelector"), "spec.nodeSelector"),
+        all_nodes=bool(o.flag(spec, "allNodes", "spec")),
+        per_device_node_selection=bool(o.flag(spec, "perDeviceNodeSelection", "spec")),
+        devices=tuple(
+            _device(o, item, f"spec.devices[{i}]") for i, item in enumerate(o.seq(spec.get("devices"), "spec.devices"))
+        ),
+        shared_counters=tuple(shared),
+        uid=o.text(meta, "uid", "metadata"),
+        resource_version=o.text(meta, "resourceVersion", "metadata"),
+    )
