@@ -1,0 +1,53 @@
+"""The module graph keeps its layers: the domain packages import the standard library, their own
+lower layers and the few third-party libraries named here, never app/, an HTTP stack, the
+Kubernetes client or each other sideways. Checked on every import statement, lazy ones included."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+# Domain package -> the domain packages it may import (lower layers).
+LAYERS: dict[str, set[str]] = {
+    "k8s_semantics": set(),
+    "scoring": {"k8s_semantics"},
+    "allocator": {"scoring", "k8s_semantics"},
+    "fairshare": {"scoring", "k8s_semantics"},
+}
+# Third-party libraries a domain package may use (speed or what it implements, not I/O).
+THIRD_PARTY: dict[str, set[str]] = {
+    "k8s_semantics": set(),
+    "scoring": {"numpy"},
+    "allocator": {"cel_expr_python"},
+    "fairshare": set(),
+}
+
+
+def _imports(path: Path) -> set[str]:
+    """Top-level names of the absolute imports in one module."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+@pytest.mark.parametrize("package", sorted(LAYERS))
+def test_domain_package_imports_only_its_layers(package: str) -> None:
+    allowed = {package, "__future__"} | LAYERS[package] | THIRD_PARTY[package] | set(sys.stdlib_module_names)
+    modules = sorted((ROOT / package).rglob("*.py"))
+    assert modules
+    wrong = {f"{m.relative_to(ROOT)}: {name}" for m in modules for name in _imports(m) - allowed}
+    assert not wrong, sorted(wrong)
+
+
+def test_the_checker_sees_lazy_imports(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text("import os\n\ndef f():\n    import httpx\n    from app.cache import ClusterCache\n")
+    assert _imports(module) == {"os", "httpx", "app"}
