@@ -10,7 +10,7 @@ who bound a pod, so this is told from what the extender saw:
 - a pod /bind assumed on a node is ours on that node, whenever the watch event arrives (before or
   after the Binding returns), unless that bind then failed for certain (the API refused it, or the
   claims could not be written), which releases the assumption;
-- the check runs when the watch shows the pod bound (the cache's pod hook), and once per pod.
+- the check runs when the watch shows the pod bound (a ``PodChanged`` event of the cache), and once per pod.
 
 Memory is bounded: the last ``limit`` filtered and assumed pods, the last ``RECENT`` reports.
 """
@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.cache import ClusterCache
+from app.cache_events import CacheEvent, PodChanged
 from app.metrics import Metrics
 from scoring.framework import PodInfo
 
@@ -47,7 +48,7 @@ class BoundWithoutExtender:
 
 
 class BindlessPods:
-    """Tells pods that passed /filter and were bound by someone else (fed by the cache's pod hook)."""
+    """Tells pods that passed /filter and were bound by someone else (fed by the cache's ``PodChanged`` events)."""
 
     def __init__(
         self,
@@ -67,7 +68,7 @@ class BindlessPods:
         self._assumed: OrderedDict[str, set[str]] = OrderedDict()  # UID -> nodes /bind assumed it on
         self._logged_at: float | None = None
         self._logged_count = 0
-        cache.on_pod.append(self.pod_changed)
+        cache.subscribe(self.on_event)
 
     # ------------------------------------------------------------------ what the verbs tell
     def filtered(self, pod: PodInfo) -> None:
@@ -94,11 +95,11 @@ class BindlessPods:
             if not nodes:
                 del self._assumed[uid]
 
-    # ------------------------------------------------------------------ the cache hook
-    def pod_changed(self, uid: str) -> None:
-        if uid not in self._filtered:
+    # ------------------------------------------------------------------ the cache's events
+    def on_event(self, event: CacheEvent) -> None:
+        if not isinstance(event, PodChanged) or event.uid not in self._filtered:
             return  # the common case: a pod never sent to /filter, or already judged
-        pod = self.cache.pods.get(uid)
+        uid, pod = event.uid, event.pod
         if pod is None:  # deleted (or finished) before anyone bound it
             del self._filtered[uid]
             self._assumed.pop(uid, None)

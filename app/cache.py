@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from app.cache_events import CacheEvent, Counted, NodeChanged, PodChanged, PodCounted, Subscriber
 from app.dra import DraState
 from scoring.framework import NodeInfo, PodInfo, Status
 from scoring.table import NodeTable
@@ -83,22 +84,26 @@ class ClusterCache:
         self.ledger: dict[str, Assumption] = {}
         self.sources: dict[str, SourceState] = {}
         self._usage: dict[str, NodeUsage] = {}
-        self._counted: dict[str, tuple[str, PodInfo, bool]] = {}  # uid -> (node, pod, via assumption)
+        self._counted: dict[str, Counted] = {}  # uid -> where it counts, as which version
         self._snapshots: dict[str, NodeInfo] = {}
         self.table = NodeTable()  # the same snapshots as columns, for batch filtering and scoring
         self.dra = DraState(clock=clock, inflight_ttl=assume_ttl)  # DRA objects and devices in use
-        # Called with (uid, (node, pod, assumed) or None) whenever what a pod counts changes (queue usage).
-        self.on_count: Callable[[str, tuple[str, PodInfo, bool] | None], None] | None = None
-        # Each called with a pod's UID after every pod event: KAI's pending requests (unbound pods too),
-        # and the pods bound without the extender's /bind (app/bindless.py).
-        self.on_pod: list[Callable[[str], None]] = []
+        # Told of every change as a typed event (app/cache_events.py): queue usage, KAI's pending
+        # requests, the pods bound without the extender's /bind.
+        self._subscribers: list[Subscriber] = []
         self.nodes_version = 0  # bumped on every node change (cluster totals are recomputed lazily)
         # Bumped whenever what is counted on a node, or a node itself, changes: filter compares it to
         # tell whether the cache has moved since it last judged a pod (see changed_after).
         self.generation = 0
         self._change_waiters: list[asyncio.Future[None]] = []
-        # Called with (name, labels or None) when a node is added, changed or deleted (flavor signatures).
-        self.on_node: Callable[[str, Mapping[str, str] | None], None] | None = None
+
+    def subscribe(self, subscriber: Subscriber) -> None:
+        """Call ``subscriber`` with every event from now on, after those subscribed earlier."""
+        self._subscribers.append(subscriber)
+
+    def _publish(self, event: CacheEvent) -> None:
+        for subscriber in self._subscribers:
+            subscriber(event)
 
     # ------------------------------------------------------------------ reads
     def node_info(self, name: str) -> NodeInfo | None:
@@ -117,10 +122,10 @@ class ClusterCache:
         entry = self._counted.get(uid)
         return (entry[0], entry[1]) if entry else None
 
-    def counted_items(self) -> list[tuple[str, tuple[str, PodInfo, bool]]]:
+    def counted_items(self) -> list[tuple[str, Counted]]:
         return list(self._counted.items())
 
-    def counted_on(self, node: str) -> list[tuple[str, tuple[str, PodInfo, bool]]]:
+    def counted_on(self, node: str) -> list[tuple[str, Counted]]:
         """The pods counted on one node, as ``counted_items`` entries, without scanning every pod."""
         usage = self._usage.get(node)
         return [] if usage is None else [(uid, self._counted[uid]) for uid in sorted(usage.uids)]
@@ -136,19 +141,17 @@ class ClusterCache:
         self._changed()
         self.dra.set_node(node.name, node.labels)
         self._refresh(node.name)
-        if self.on_node is not None:
-            self.on_node(node.name, node.labels)
-        if previous is not None and previous.labels != node.labels and self.on_count is not None:
+        self._publish(NodeChanged(node.name, node.labels))
+        if previous is not None and previous.labels != node.labels:
             # The node's flavor may have changed: its pods count against other (flavor, resource)s.
             for uid, entry in self.counted_on(node.name):
-                self.on_count(uid, entry)
+                self._publish(PodCounted(uid, entry))
 
     def delete_node(self, name: str) -> None:
         self.nodes.pop(name, None)
         self.nodes_version += 1
         self._changed()
-        if self.on_node is not None:
-            self.on_node(name, None)
+        self._publish(NodeChanged(name, None))
         self.dra.delete_node(name)
         self._snapshots.pop(name, None)
         self.table.remove(name)
@@ -167,15 +170,13 @@ class ClusterCache:
         if pod.node_name:
             self.ledger.pop(pod.uid, None)  # the watch confirms (or overrides) our assumption
         self._recount(pod.uid)
-        for hook in self.on_pod:
-            hook(pod.uid)
+        self._publish(PodChanged(pod.uid, pod))
 
     def delete_pod(self, uid: str) -> None:
         self.pods.pop(uid, None)
         self.ledger.pop(uid, None)
         self._recount(uid)
-        for hook in self.on_pod:
-            hook(uid)
+        self._publish(PodChanged(uid, None))
 
     def replace_pods(self, pods: Iterable[PodInfo]) -> None:
         """A relist: pods that vanished are deleted, the rest upserted, each accounted once."""
@@ -222,13 +223,13 @@ class ClusterCache:
         return expired
 
     # ------------------------------------------------------------------ internals
-    def _desired(self, uid: str) -> tuple[str, PodInfo, bool] | None:
+    def _desired(self, uid: str) -> Counted | None:
         pod = self.pods.get(uid)
         if pod is not None and pod.node_name and not pod.terminal:
-            return pod.node_name, pod, False
+            return Counted(pod.node_name, pod, False)
         assumption = self.ledger.get(uid)
         if assumption is not None and (pod is None or not pod.terminal):
-            return assumption.node, assumption.pod, True
+            return Counted(assumption.node, assumption.pod, True)
         return None
 
     def _recount(self, uid: str) -> None:
@@ -251,8 +252,7 @@ class ClusterCache:
             self._counted[uid] = desired
             self._refresh(node)
         self._changed()
-        if self.on_count is not None:
-            self.on_count(uid, desired)
+        self._publish(PodCounted(uid, desired))
 
     def _changed(self) -> None:
         self.generation += 1

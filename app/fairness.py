@@ -18,6 +18,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from app.cache_events import CacheEvent, NodeChanged, PodChanged, PodCounted
 from app.kai_usage import KaiUsage, kai_amounts
 from app.queues import KAI_QUEUE_LABEL, KUEUE_QUEUE_LABEL, QueueConfig, QueueUsage, queue_requests, queues_view
 from fairshare.admission import QuotaVerdict, Verdict, check_quota
@@ -127,16 +128,21 @@ class Fairness:
         usage = QueueUsage(config, cache=cache)
         kai = KaiUsage(config, cache=cache)
 
-        def on_count(uid: str, entry: tuple[str, Any, bool] | None) -> None:
-            usage.account(uid, *usage.contribution(entry))
-            kai.refresh(uid)
-
         usage.recount()
         kai.recount()
-        cache.on_count = on_count
-        cache.on_pod.append(kai.refresh)
         fairness = Fairness(usage, kai, wall_clock)
-        cache.on_node = fairness.set_node
+
+        def on_event(event: CacheEvent) -> None:
+            match event:
+                case PodCounted(uid=uid, counted=counted):
+                    usage.account(uid, *usage.contribution(counted))
+                    kai.refresh(uid)
+                case PodChanged(uid=uid):
+                    kai.refresh(uid)
+                case NodeChanged(name=name, labels=labels):
+                    fairness.set_node(name, labels)
+
+        cache.subscribe(on_event)
         return fairness
 
     @property

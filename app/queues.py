@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from allocator.types import ALLOCATION_MODE_EXACT_COUNT, ResourceClaim
+from app.cache_events import Counted
 from fairshare.drs import DominantResourceShare, dominant_resource_share
 from fairshare.flavor import ConfigError, ResourceFlavor, node_matches_flavor, parse_resource_flavor
 from fairshare.kai import KaiQueue, parse_kai_queue
@@ -304,7 +305,7 @@ class QueueUsage:
     _version: int = 0  # bumped on every usage change; the tree snapshot is rebuilt only after one
     _snapshot: tuple[int, TreeUsage] | None = None
 
-    def contribution(self, entry: tuple[str, Any, bool] | None) -> tuple[str | None, Usage | None]:
+    def contribution(self, entry: Counted | None) -> tuple[str | None, Usage | None]:
         """What a counted pod (node, pod, assumed) adds: its ClusterQueue and per (flavor, resource) amounts."""
         if entry is None or self.cache is None:
             return None, None

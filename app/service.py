@@ -117,7 +117,7 @@ class ExtenderService:
             [REASON_NODE_NOT_IN_CACHE, *(insufficient_reason(r) for r in config.scheduler_counted_resources)]
         )
         self.metrics.register_cache(self._cache_metrics)
-        # Pods this filter saw that kube-scheduler's own binder bound (the cache's pod hook tells).
+        # Pods this filter saw that kube-scheduler's own binder bound (the cache's PodChanged events tell).
         self.bindless = BindlessPods(cache, self.metrics, wall_clock=wall_clock)
 
     def _cache_metrics(self) -> dict[str, dict[str, float]]:

@@ -118,7 +118,7 @@ def test_pods_bound_through_bind_never_count(fake: FakeAPIServer) -> None:
             # Through the route, as kube-scheduler calls it.
             assert (await h.http.post("/bind", content=bind_body(plain, "g1"))).json() == {"Error": ""}
             await bound_on(h, plain, "g1")
-            assert reported(h) == 0  # judged when the watch showed it bound (the cache's pod hook)
+            assert reported(h) == 0  # judged when the watch showed it bound (the cache's PodChanged event)
 
             # The watch shows the pod bound while /bind has not answered yet.
             held = HeldBinder(h.service.binder)

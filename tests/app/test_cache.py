@@ -139,3 +139,35 @@ def test_any_event_order_keeps_usage_exact(ops: list[tuple[str, int, str, bool, 
         else:
             cache.replace_pods([p for p in cache.pods.values() if p.uid != pod.uid])
         cache.check_invariants()
+
+
+def test_subscribers_get_typed_events_in_the_order_things_change() -> None:
+    from app.cache_events import CacheEvent, Counted, NodeChanged, PodChanged, PodCounted
+
+    cache = ClusterCache()
+    events: list[CacheEvent] = []
+    cache.subscribe(events.append)
+    cache.upsert_node(node_from_obj(node_obj("g1", gpus=8)))
+    pending = pod_from_obj(pod_obj("p", gpus=1, uid="u1"))
+    cache.upsert_pod(pending)
+    assert cache.assume(pending, "g1") is None
+    bound = pod_from_obj(pod_obj("p", gpus=1, node="g1", uid="u1"))
+    cache.upsert_pod(bound)
+    relabelled = node_obj("g1", gpus=8)
+    relabelled["metadata"]["labels"] = {"pool": "a"}
+    cache.upsert_node(node_from_obj(relabelled))
+    cache.delete_pod(pending.uid)
+    cache.delete_node("g1")
+
+    assert events[0] == NodeChanged("g1", {})
+    assert events[1] == PodChanged(pending.uid, pending)  # pending: counts nowhere, nothing else
+    assert isinstance(events[2], PodCounted) and events[2].counted is not None
+    assumed = events[2].counted
+    assert (assumed.node, assumed.assumed) == ("g1", True)
+    # The watch confirms the bind: counted as the bound pod now, then the pod event.
+    assert events[3] == PodCounted(pending.uid, Counted("g1", bound, False))
+    assert events[4] == PodChanged(pending.uid, bound)
+    # New labels: the node, then its pods again (their flavor may have changed).
+    assert events[5] == NodeChanged("g1", {"pool": "a"})
+    assert events[6] == PodCounted(pending.uid, Counted("g1", bound, False))
+    assert events[7:] == [PodCounted(pending.uid, None), PodChanged(pending.uid, None), NodeChanged("g1", None)]
