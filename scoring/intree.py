@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,6 +122,18 @@ def check_args_object(raw: Any, path: str, kind: str, fields: Sequence[str]) -> 
     return raw
 
 
+def _entries(raw: list[Any], path: str, keys: tuple[str, str]) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """(field path, entry) of a list of mappings holding only ``keys``."""
+    for index, entry in enumerate(raw):
+        field = f"{path}[{index}]"
+        if not isinstance(entry, Mapping):
+            raise ArgsError(f"{field}: must be a mapping with '{keys[0]}' and '{keys[1]}'")
+        unknown = sorted(set(entry) - set(keys), key=str)
+        if unknown:
+            raise ArgsError(f"{field}: unknown field(s) {unknown}")
+        yield field, entry
+
+
 def parse_resource_specs(raw: Any, path: str, *, max_weight: int = MAX_RESOURCE_WEIGHT) -> tuple[ResourceSpec, ...]:
     """``[{name, weight}]``; missing or empty = cpu and memory, weight 1; a missing or 0 weight is 1
     (kube-scheduler's defaulting); weights must then be in 1..``max_weight``."""
@@ -130,13 +142,7 @@ def parse_resource_specs(raw: Any, path: str, *, max_weight: int = MAX_RESOURCE_
     if not isinstance(raw, list):
         raise ArgsError(f"{path}: must be a list of {{name, weight}}")
     specs: list[ResourceSpec] = []
-    for index, entry in enumerate(raw):
-        field = f"{path}[{index}]"
-        if not isinstance(entry, Mapping):
-            raise ArgsError(f"{field}: must be a mapping with 'name' and 'weight'")
-        unknown = sorted(set(entry) - {"name", "weight"}, key=str)
-        if unknown:
-            raise ArgsError(f"{field}: unknown field(s) {unknown}")
+    for field, entry in _entries(raw, path, ("name", "weight")):
         name = entry.get("name")
         if not isinstance(name, str) or not name:
             raise ArgsError(f"{field}.name: must be a non-empty string, got {name!r}")
@@ -152,13 +158,7 @@ def _parse_shape(raw: Any, path: str) -> tuple[ShapePoint, ...]:
     if not isinstance(raw, list) or not raw:
         raise ArgsError(f"{path}: at least one point must be specified")
     points: list[ShapePoint] = []
-    for index, entry in enumerate(raw):
-        field = f"{path}[{index}]"
-        if not isinstance(entry, Mapping):
-            raise ArgsError(f"{field}: must be a mapping with 'utilization' and 'score'")
-        unknown = sorted(set(entry) - {"utilization", "score"}, key=str)
-        if unknown:
-            raise ArgsError(f"{field}: unknown field(s) {unknown}")
+    for field, entry in _entries(raw, path, ("utilization", "score")):
         utilization = _integer(entry.get("utilization", 0), f"{field}.utilization")
         score = _integer(entry.get("score", 0), f"{field}.score")
         if not 0 <= utilization <= MAX_UTILIZATION:
