@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -20,8 +20,8 @@ from scoring.profile import Profile, ScorePluginSpec, build_score_plugin
 
 __all__ = ["API_VERSION", "KIND", "ConfigError", "ExtenderConfiguration", "PluginConfig", "load_config", "parse_config"]
 
-API_VERSION = "kube-gpu-extender.io/v1alpha1"
-KIND = "ExtenderConfiguration"
+API_VERSION: Final = "kube-gpu-extender.io/v1alpha1"
+KIND: Final = "ExtenderConfiguration"
 
 
 class ConfigError(ValueError):
@@ -154,10 +154,14 @@ def _default_plugins() -> list[PluginConfig]:
     ]
 
 
+def _default_managed_resources() -> list[str | ManagedResource]:
+    return ["nvidia.com/gpu"]
+
+
 class ExtenderConfiguration(_Strict):
     apiVersion: Literal["kube-gpu-extender.io/v1alpha1"] = API_VERSION
     kind: Literal["ExtenderConfiguration"] = KIND
-    managedResources: list[str | ManagedResource] = Field(default_factory=lambda: ["nvidia.com/gpu"])
+    managedResources: list[str | ManagedResource] = Field(default_factory=_default_managed_resources)
     plugins: list[PluginConfig] = Field(default_factory=_default_plugins)
     priorityScale: PriorityScale = Field(
         CANDIDATES,

@@ -105,9 +105,9 @@ class KubeClient:
 
         cfg = client.Configuration()
         if path:
-            config.load_kube_config(config_file=path, client_configuration=cfg)
+            config.load_kube_config(config_file=path, client_configuration=cfg)  # type: ignore[no-untyped-call]
         else:
-            config.load_incluster_config(client_configuration=cfg)
+            config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
         return cls.from_configuration(cfg)
 
     @classmethod

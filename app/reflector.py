@@ -51,7 +51,7 @@ class Resource:
     path: str
     field_selector: str
     replace: Callable[[ClusterCache, list[dict[str, Any]]], None]
-    upsert: Callable[[ClusterCache, dict[str, Any]], None]
+    upsert: Callable[[ClusterCache, dict[str, Any]], object]  # what it returns is not used
     delete: Callable[[ClusterCache, dict[str, Any]], None]
     # What a 404 on the collection means (an API group that is not served), for /readyz; "" keeps the bare error.
     not_found: str = ""

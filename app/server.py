@@ -9,6 +9,7 @@ kube-scheduler reports only as "code 422". Extender verbs always answer 200, wit
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -133,7 +134,7 @@ class ExtenderVerbs:
             f"{prefix}/bind": ("bind", service.bind, lambda e: {"Error": e}),
         }
         for plugin in service.profile.scorer_names:
-            handler = _sync(lambda body, plugin=plugin: service.prioritize(body, plugin))
+            handler = _sync(functools.partial(service.prioritize, plugin=plugin))
             self.routes[f"{prefix}/prioritize/{plugin}"] = ("prioritize", handler, lambda e: [])
         self.plugin_prefix = f"{prefix}/prioritize/"
 

@@ -181,7 +181,7 @@ def decode_extender_args(body: bytes) -> ExtenderArgs:
         fast = _decoder_go_args.decode(body) if body else None
     except (msgspec.ValidationError, msgspec.DecodeError):
         fast = None  # the general path below says precisely what is wrong
-    if fast is not None and memoryview(fast.Pod)[:1] == b"{":
+    if fast is not None and memoryview(fast.Pod)[:1].tobytes() == b"{":
         if fast.NodeNames is not None:
             return ExtenderArgs(bytes(fast.Pod), node_names=fast.NodeNames)
         if fast.Nodes is not None:
