@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from app.config import ConfigError, ExtenderConfiguration, load_config
-from app.simulate_cli import add_simulate_parser, run_simulate
+from simulator.cli import add_simulate_parser, run_simulate
 
 __all__ = ["main"]
 

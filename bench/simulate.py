@@ -16,8 +16,9 @@ import pstats
 import sys
 
 from app.config import load_config
-from app.schedconfig import load_scheduler_config_argument
-from app.simulate import MODES, POLICIES, load_nodes_csv, load_pods, simulate
+from simulator.schedconfig import load_scheduler_config_argument
+from simulator.simulate import MODES, POLICIES, simulate
+from simulator.trace import load_nodes_csv, load_pods
 
 TARGET_SECONDS = 60.0
 

@@ -10,7 +10,7 @@ For the nodes that passed every filter (its own and the extenders'):
 * the highest total wins; ties are broken uniformly at random (reservoir sampling in selectHost).
 
 This module holds that arithmetic for the plugins the simulator models (NodeResourcesFit,
-NodeResourcesBalancedAllocation); the adapter (``app.simulate``) supplies the extender's priorities
+NodeResourcesBalancedAllocation); the adapter (``simulator.simulate``) supplies the extender's priorities
 and the random choice. Score plugins that give every node the same score for the pods it simulates
 are left out: adding a constant to every total cannot change the winner.
 """

@@ -12,8 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from app.config import parse_config
-from app.schedconfig import load_scheduler_config
-from app.simulate import load_nodes_csv, load_pods_csv, simulate
+from simulator.schedconfig import load_scheduler_config
+from simulator.simulate import simulate
+from simulator.trace import load_nodes_csv, load_pods_csv
 from tests.e2e.conftest import Group
 from tests.e2e.controlplane import DEPLOY, extender_config
 from tests.e2e.process import wait_for

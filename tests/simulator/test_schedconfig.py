@@ -14,7 +14,9 @@ from typing import Any
 import pytest
 import yaml
 
-from app.schedconfig import (
+from scoring.balanced import NodeResourcesBalancedAllocation
+from scoring.intree import NodeResourcesFit, ResourceSpec, ScoringStrategyType
+from simulator.schedconfig import (
     API_VERSION,
     CONSTANT_SCORE_PLUGINS,
     DEFAULT_SCHEDULER_CONFIG,
@@ -24,8 +26,6 @@ from app.schedconfig import (
     parse_scheduler_config,
     resolve_scheduler_config,
 )
-from scoring.balanced import NodeResourcesBalancedAllocation
-from scoring.intree import NodeResourcesFit, ResourceSpec, ScoringStrategyType
 from tests.scoring.builders import ctr, pod
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -284,6 +284,8 @@ def test_default_path_resolves_from_the_package_not_the_working_directory(tmp_pa
 
 
 def test_missing_default_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr("app.schedconfig.DEFAULT_SCHEDULER_CONFIG", tmp_path / "deploy" / "kube-scheduler-config.yaml")
+    monkeypatch.setattr(
+        "simulator.schedconfig.DEFAULT_SCHEDULER_CONFIG", tmp_path / "deploy" / "kube-scheduler-config.yaml"
+    )
     with pytest.raises(SchedulerConfigError, match=r"is not there .*--scheduler-config FILE.*--scheduler-config none"):
         resolve_scheduler_config(None)

@@ -1,4 +1,4 @@
-"""``kube-gpu-extender simulate``: arguments, progress bar, table, JSON and plot around app.simulate.
+"""``kube-gpu-extender simulate``: arguments, progress bar, table, JSON and plot around simulator.simulate.
 
 Kept apart from app.cli so the simulator's imports (the service, numpy, matplotlib) load only when
 the command runs.
@@ -55,7 +55,7 @@ def _percent(part: float, whole: float) -> str:
 
 def format_table(results: Sequence[Any]) -> str:
     """One column per policy, one row per figure."""
-    from app.simulate import KIND_CPU, KIND_MULTI_GPU, KIND_ONE_GPU
+    from simulator.trace import KIND_CPU, KIND_MULTI_GPU, KIND_ONE_GPU
 
     def first(result: Any, attribute: str) -> str:
         failure = result.first_gpu_failure
@@ -135,16 +135,9 @@ def run_simulate(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from app.config import load_config
-    from app.schedconfig import SchedulerConfigError, load_scheduler_config_argument
-    from app.simulate import (
-        POLICIES,
-        TraceError,
-        event_count,
-        load_nodes_csv,
-        load_pods,
-        load_snapshot_nodes,
-        simulate,
-    )
+    from simulator.schedconfig import SchedulerConfigError, load_scheduler_config_argument
+    from simulator.simulate import POLICIES, event_count, simulate
+    from simulator.trace import TraceError, load_nodes_csv, load_pods, load_snapshot_nodes
 
     policies = list(dict.fromkeys(args.policy or POLICIES))
     unknown = [p for p in policies if p not in POLICIES]

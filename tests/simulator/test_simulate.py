@@ -12,21 +12,23 @@ import yaml
 
 from app.cli import main
 from app.config import ExtenderConfiguration, load_config
-from app.schedconfig import DEFAULT_SCHEDULER_CONFIG, SchedulerConfig, load_scheduler_config, parse_scheduler_config
-from app.simulate import (
+from simulator.schedconfig import (
+    DEFAULT_SCHEDULER_CONFIG,
+    SchedulerConfig,
+    load_scheduler_config,
+    parse_scheduler_config,
+)
+from simulator.simulate import PolicyResult, _Scheduler, policy_config, simulate
+from simulator.trace import (
     GPU,
     KIND_CPU,
     KIND_MULTI_GPU,
     KIND_ONE_GPU,
-    PolicyResult,
     TraceError,
-    _Scheduler,
     load_nodes_csv,
     load_pods,
     load_pods_csv,
     load_snapshot_nodes,
-    policy_config,
-    simulate,
 )
 from tests.conftest import node_obj, pod_obj
 
