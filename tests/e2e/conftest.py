@@ -104,7 +104,15 @@ class Group:
             allocatable[GPU] = str(gpus)
         self.cluster.plane.add_node(name, allocatable, {**self.selector, **(labels or {})})
         self.nodes.append(name)
+        # kube-scheduler may see the node before the extender's watch delivers it (after an API-server
+        # restart the watches reconnect with backoff): start a test once both know its capacity.
+        wait_for(f"node {name} in the extender's cache", lambda: self._extender_knows(name, gpus or 0))
         return name
+
+    def _extender_knows(self, name: str, gpus: int) -> bool:
+        nodes = self.cluster.extender.get(f"/debug?node={name}&decisions=0").json().get("nodes") or {}
+        allocatable = (nodes.get(name) or {}).get("allocatable") or {}
+        return bool(allocatable.get("cpu")) and allocatable.get(GPU, 0) == gpus
 
     def pod(self, name: str, **kwargs: Any) -> dict[str, Any]:
         kwargs.setdefault("node_selector", self.selector)
