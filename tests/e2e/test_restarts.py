@@ -45,3 +45,8 @@ def test_api_server_restart_resumes_watches_without_loss(group: Group) -> None:
     assert group.wait_bound("too-many") == {"too-many": node}
     until_equal("the extender's count after the delete", lambda: _extender_view(group, node), (6, 2))
     assert group.cluster.extender.metric("kube_gpu_extender_watch_restarts_total") > restarts
+    # Leave the cluster as found: kube-scheduler's node informer reconnects with backoff too, and the
+    # next test's nodes must not arrive before it listens again. A pod bound to a new node proves it.
+    group.node("probe", labels={"e2e-probe": "yes"})
+    group.pod("probe", gpus=1, node_selector={**group.selector, "e2e-probe": "yes"})
+    group.wait_bound("probe", timeout=90)

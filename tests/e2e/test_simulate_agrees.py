@@ -27,13 +27,13 @@ CPU_NODES = 1
 TRACE = [1, 1, 1, 1, 0, 2, 1, 8, 1, 4, 0, 8, 2, 8, 1]
 
 
-def _real(group: Group) -> tuple[dict[str, tuple[int, int]], set[str]]:
-    """(GPUs, pods) per used node and the pods left unschedulable, on the real control plane."""
+def _real(group: Group) -> tuple[dict[str, tuple[int, int]], dict[str, str]]:
+    """(GPUs, pods) per used node and the pods left unschedulable (with why), on the real control plane."""
     for i in range(GPU_NODES):
         group.node(f"gpu{i}", gpus=8, cpu="64", memory="512Gi")
     for i in range(CPU_NODES):
         group.node(f"cpu{i}", gpus=None, cpu="64", memory="512Gi")
-    failed: set[str] = set()
+    failed: dict[str, str] = {}
     for index, gpus in enumerate(TRACE):
         name = f"p{index:02d}"
         group.pod(name, gpus=gpus, cpu="1", memory="1Gi")
@@ -41,14 +41,15 @@ def _real(group: Group) -> tuple[dict[str, tuple[int, int]], set[str]]:
         def outcome(name: str = name) -> str | None:
             pod = group.get_pod(name) or {}
             if pod.get("spec", {}).get("nodeName"):
-                return "bound"
+                return ""
             for c in (pod.get("status") or {}).get("conditions") or []:
                 if c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable":
-                    return "unschedulable"
+                    return str(c.get("message", "unschedulable"))
             return None
 
-        if wait_for(f"pod {name} bound or unschedulable", outcome) == "unschedulable":
-            failed.add(name)
+        message = wait_for(f"pod {name} bound or unschedulable", outcome)
+        if message:
+            failed[name] = message
     gpus = group.gpus_per_node()
     used = {node: (gpus[node], len(pods)) for node, pods in group.placement().items() if pods}
     return used, failed
@@ -78,7 +79,7 @@ def test_simulate_places_as_the_real_scheduler(group: Group, tmp_path: Path) -> 
     real_used, real_failed = _real(group)
     sim_used, sim_failed = _simulated(tmp_path)
 
-    assert real_failed == sim_failed
+    assert set(real_failed) == sim_failed, real_failed
     assert len(real_used) == len(sim_used)
     assert sorted(real_used.values()) == sorted(sim_used.values())
     # The trace is chosen so that the comparison means something: some pods fail, and not every node is used.
