@@ -198,13 +198,11 @@ class ExtenderService:
         return candidates, batch
 
     def _exact(self, pod: PodInfo) -> bool:
+        """Whether the node table answers exactly for this pod (else the scalar path judges)."""
         return self.cache.table.exact and all(abs(v) < EXACT_LIMIT for v in pod.resources.requests.values())
 
     def _batch(self, pod: PodInfo, names: list[str]) -> Batch | None:
-        """The table rows of ``names``, with this pod's own requests discounted where it is counted;
-        None where the table cannot answer exactly (then the scalar path judges)."""
-        if not self._exact(pod):
-            return None
+        """The table rows of ``names``, with this pod's own requests discounted where it is counted."""
         counted = self.cache.counted(pod.uid)
         return self.cache.table.batch(names, (counted[0], pod.resources) if counted else None)
 
