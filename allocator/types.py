@@ -13,7 +13,7 @@ from fractions import Fraction
 from typing import Any, NamedTuple
 
 from k8s_semantics.nodeselector import NodeSelector, NodeSelectorRequirement, NodeSelectorTerm
-from k8s_semantics.taints import tolerates
+from k8s_semantics.taints import Toleration, tolerates
 
 __all__ = [
     "ALLOCATION_MODE_ALL",
@@ -112,11 +112,9 @@ class DeviceClass:
 
 
 @dataclass(frozen=True, slots=True)
-class DeviceToleration:
-    key: str = ""
-    operator: str = "Equal"
-    value: str = ""
-    effect: str = ""
+class DeviceToleration(Toleration):
+    """resource.k8s.io's toleration: core/v1's fields and matching, plus ``tolerationSeconds``."""
+
     toleration_seconds: int | None = None
 
     def tolerates(self, taint: DeviceTaint) -> bool:
