@@ -32,7 +32,7 @@ from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
 
 from allocator.errors import AllocatorError
 from allocator.types import Attribute, Device
-from scoring.quantity import QuantityError, parse_quantity
+from k8s_semantics.quantity import QuantityError, parse_quantity
 
 __all__ = ["EXPRESSION_MAX_LENGTH", "SelectorCache", "SelectorError", "device_variable"]
 

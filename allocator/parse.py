@@ -39,7 +39,7 @@ from allocator.types import (
     ResourceClaimConsumer,
 )
 from k8s_semantics.nodeselector import NodeSelector, NodeSelectorRequirement, NodeSelectorTerm
-from scoring.quantity import QuantityError, parse_quantity
+from k8s_semantics.quantity import QuantityError, parse_quantity
 
 __all__ = [
     "ParseError",

@@ -12,8 +12,8 @@ from typing import Any, TypeVar
 
 import allocator
 from fairshare.flavor import ConfigError, NodeSelectorRequirement, PodPlacement, parse_toleration
+from k8s_semantics.quantity import QuantityError
 from scoring.framework import PodClaimRef, PodInfo
-from scoring.quantity import QuantityError
 from scoring.resources import parse_resource_list, pod_resources
 
 __all__ = [

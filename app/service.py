@@ -29,11 +29,11 @@ from app.fairness import Fairness, FlavorFairness
 from app.metrics import Metrics
 from app.objects import ObjectError, pod_from_obj, pod_placement
 from app.queues import QueueUsage
+from k8s_semantics.quantity import QuantityError
 from scoring import priority_scale
 from scoring.best_scored import BEST_SCORED, best_scored_batch
 from scoring.framework import Code, NodeInfo, PodInfo, Status
 from scoring.managed_fit import ManagedResourcesFit, insufficient_reason
-from scoring.quantity import QuantityError
 from scoring.resources import parse_resource_list
 from scoring.table import EXACT_LIMIT, Batch, BatchVerdicts
 

@@ -15,8 +15,8 @@ from typing import Any
 
 from fairshare.errors import FairshareError
 from k8s_semantics.nodeselector import NodeSelectorRequirement, requirement_matches
+from k8s_semantics.quantity import QuantityError, parse_quantity
 from k8s_semantics.taints import Taint, Toleration, tolerates
-from scoring.quantity import QuantityError, parse_quantity
 
 __all__ = [
     "DEFAULT_RESOURCE_WEIGHT",

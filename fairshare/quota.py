@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fairshare.flavor import ConfigError, crd_object
-from scoring.quantity import QuantityError, parse_quantity
+from k8s_semantics.quantity import QuantityError, parse_quantity
 
 __all__ = [
     "ClusterQueue",

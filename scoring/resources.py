@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from scoring.quantity import QuantityError, ceil_milli, ceil_value, parse_quantity, to_milli, to_value
+from k8s_semantics.quantity import QuantityError, ceil_milli, ceil_value, parse_quantity, to_milli, to_value
 
 __all__ = [
     "CPU",

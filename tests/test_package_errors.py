@@ -11,15 +11,16 @@ from allocator import AllocatorError, parse_device_class, parse_node_selector
 from allocator.cel import SelectorCache
 from fairshare.errors import FairshareError
 from fairshare.flavor import parse_resource_flavor
+from k8s_semantics.errors import SemanticsError
+from k8s_semantics.quantity import parse_quantity
 from scoring.errors import ScoringError
 from scoring.fitplus import NodeResourcesFitPlusArgs
-from scoring.quantity import parse_quantity
 
 
 @pytest.mark.parametrize(
     ("base", "fail"),
     [
-        (ScoringError, lambda: parse_quantity("12xyz")),
+        (SemanticsError, lambda: parse_quantity("12xyz")),
         (ScoringError, lambda: NodeResourcesFitPlusArgs.parse({"resources": {"cpu": {"type": "Spread"}}}, "args")),
         (AllocatorError, lambda: parse_node_selector("not an object")),
         (AllocatorError, lambda: parse_device_class({"metadata": {}})),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from scoring.quantity import QuantityError
+from k8s_semantics.quantity import QuantityError
 from scoring.resources import (
     DEFAULT_MEMORY_REQUEST,
     DEFAULT_MILLI_CPU_REQUEST,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-from scoring.errors import ScoringError
+from k8s_semantics.errors import SemanticsError
 
 __all__ = ["QuantityError", "ceil_milli", "ceil_value", "parse_quantity", "to_milli", "to_value"]
 
@@ -34,7 +34,7 @@ _DECIMAL = {
 }
 
 
-class QuantityError(ScoringError):
+class QuantityError(SemanticsError):
     """A string that is not a valid Kubernetes quantity."""
 
 

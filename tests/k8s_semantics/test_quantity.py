@@ -12,7 +12,7 @@ from fractions import Fraction
 
 import pytest
 
-from scoring.quantity import QuantityError, parse_quantity, to_milli, to_value
+from k8s_semantics.quantity import QuantityError, parse_quantity, to_milli, to_value
 
 
 @pytest.mark.parametrize(
