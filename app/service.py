@@ -8,34 +8,30 @@ re-check and the assumption in bind cannot interleave with another bind or filte
 from __future__ import annotations
 
 import logging
-import operator
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import msgspec
-import numpy as np
-import numpy.typing as npt
 
-from allocator import AllocationError
 from app import wire
 from app.bindless import BindlessPods
 from app.cache import ClusterCache
 from app.config import ExtenderConfiguration
-from app.dynamicresources import ClaimWriteError, ClaimWriter, DynamicResources, PodClaims, Reservation
-from app.fairness import Fairness, FlavorFairness
+from app.dynamicresources import ClaimWriter
+from app.fairness import Fairness
 from app.metrics import Metrics
-from app.objects import ObjectError, pod_from_obj, pod_placement
+from app.objects import ObjectError, pod_from_obj
+from app.pipeline import DraClaims, Queues, build_pipeline
+from app.pipeline.framework import BindCycle, FilterCycle, FilterError, Refusal
+from app.pipeline.nodes import REASON_NODE_NOT_IN_CACHE
 from app.queues import QueueUsage
-from k8s_semantics.quantity import QuantityError
-from scoring import priority_scale
-from scoring.best_scored import BEST_SCORED, best_scored_batch
-from scoring.framework import Code, NodeInfo, PodInfo, Status
+from scoring.best_scored import BEST_SCORED
+from scoring.framework import Code, PodInfo
 from scoring.managed_fit import ManagedResourcesFit, insufficient_reason
-from scoring.resources import parse_resource_list
-from scoring.table import EXACT_LIMIT, Batch, BatchVerdicts
+from scoring.profile import Profile
+from scoring.table import BatchVerdicts
 
 __all__ = [
     "REASON_NODE_NOT_IN_CACHE",
@@ -46,14 +42,8 @@ __all__ = [
 
 log = logging.getLogger("kube_gpu_extender.decisions")
 
-# Short, reusable reasons: kube-scheduler aggregates identical strings in the FailedScheduling event.
-REASON_NODE_NOT_IN_CACHE = "node(s) unknown to the GPU extender"
-REASON_INVALID_NODE = "node(s) with invalid allocatable"
-
 _PENDING_PODS = 10_000  # pods seen in /filter, so /bind can assume them before the watch delivers them
-_UNPARSABLE: Mapping[str, Any] = {"status.allocatable": "unparsable"}
 _POD_MEMO = 64  # parsed pods by request bytes: filter, then prioritize, of the same pod
-_SCORE_TAIL = [f"{score}}}".encode() for score in range(11)]  # closes a prebuilt '{"Host":...,"Score":'
 
 
 class BindError(Exception):
@@ -70,14 +60,9 @@ class Binder(Protocol):
     async def bind(self, namespace: str, name: str, uid: str, node: str) -> None: ...
 
 
-@dataclass(slots=True)
-class _Verdict:
-    name: str
-    node: NodeInfo | None
-    status: Status
-
-
 class ExtenderService:
+    """The verbs: each runs the pipeline's extension points over its participants (app/pipeline)."""
+
     def __init__(
         self,
         config: ExtenderConfiguration,
@@ -92,15 +77,10 @@ class ExtenderService:
         self.config = config
         self.cache = cache
         self.binder = binder
-        self.claim_writer = claim_writer
-        # Pods with ResourceClaims are ours to allocate only when DRA is on and claims can be written.
-        self.dra = DynamicResources(cache.dra) if config.dra.enabled and claim_writer is not None else None
         cache.dra.proposal_ttl = config.dra.proposalTTLSeconds
         self.metrics = metrics or Metrics()
-        self.fairness = Fairness.attach(cache, config.queue_config(), wall_clock)
+        self.pipeline, self.resources = build_pipeline(config, cache, claim_writer, wall_clock)
         self.kueue_source: Any = None  # app.kueue_watch.KueueSource when Kueue's objects are watched
-        self.profile = config.build_profile(FlavorFairness(self.fairness))
-        self.fit = ManagedResourcesFit(config.managed_resource_names)
         self.readiness = readiness or (lambda: (True, ""))
         self.wall_clock = wall_clock
         self.decisions: deque[dict[str, Any]] = deque(maxlen=config.server.decisionHistory)
@@ -121,24 +101,43 @@ class ExtenderService:
         self.bindless = BindlessPods(cache, self.metrics, wall_clock=wall_clock)
 
     def _cache_metrics(self) -> dict[str, dict[str, float]]:
-        return {
+        gauges = {
             "objects": {kind: float(count) for kind, count in self.cache.counts().items()},
             "ledger": {"size": float(len(self.cache.ledger))},
             "synced": {name: float(state.synced) for name, state in self.cache.sources.items()},
-            **(
-                {"queue_weighted_share": {key: drs.share for key, drs in self.fairness.usage.shares().items()}}
-                if self.fairness is not None
-                else {}
-            ),
         }
+        for participant in self.pipeline.at("metrics"):
+            gauges.update(participant.metrics())
+        return gauges
+
+    # The participants, for the operator surface (/debug, Kueue watches) and tests.
+    @property
+    def profile(self) -> Profile:
+        return self.resources.profile
+
+    @property
+    def fit(self) -> ManagedResourcesFit:
+        return self.resources.fit
+
+    @property
+    def fairness(self) -> Fairness | None:
+        queues = self.pipeline.get(Queues)
+        return queues.fairness if queues is not None else None
 
     @property
     def queue_usage(self) -> QueueUsage | None:
-        return self.fairness.usage if self.fairness is not None else None
+        fairness = self.fairness
+        return fairness.usage if fairness is not None else None
+
+    @property
+    def claim_writer(self) -> ClaimWriter | None:
+        claims = self.pipeline.get(DraClaims)
+        return claims.writer if claims is not None else None
 
     # ------------------------------------------------------------------ helpers
     def _pod(self, obj: Mapping[str, Any] | bytes) -> PodInfo:
-        """Parse the request's pod (memoised by its exact bytes) and remember it for /bind."""
+        """Parse the request's pod (memoised by its exact bytes), let the participants read what they
+        need of it, and remember it for /bind."""
         pod = self._pod_memo.get(obj) if isinstance(obj, bytes) else None
         if pod is None:
             try:
@@ -147,13 +146,8 @@ class ExtenderService:
                 raise wire.WireError(f"Pod: {exc}") from None
             if isinstance(obj, bytes):
                 _remember(self._pod_memo, obj, pod, _POD_MEMO)
-        if self.fairness is not None and pod.queue_labels and not self.fairness.has_placement(pod.uid):
-            # Only queued pods need nodeSelector/affinity/tolerations (which flavors they may use).
-            try:
-                raw = wire.decode_pod(obj) if isinstance(obj, bytes) else obj
-                self.fairness.remember_placement(pod.uid, pod_placement(raw))
-            except ObjectError as exc:
-                raise wire.WireError(f"Pod: {exc}") from None
+        for participant in self.pipeline.at("prepare", pod):
+            participant.prepare(pod, obj)
         _remember(self._pending, pod.uid, pod, _PENDING_PODS)
         return pod
 
@@ -161,69 +155,6 @@ class ExtenderService:
         """The pod of a request body's ``Pod`` bytes as the verbs parse it (memoised by those bytes);
         the simulator reads the pod it just filtered without parsing it again."""
         return self._pod(raw)
-
-    def _node_for(self, pod: PodInfo, name: str, allocatable: Mapping[str, Any] | None) -> NodeInfo | None:
-        node = self.cache.node_info(name)
-        if node is None and allocatable is not None:
-            node = self.cache.node_info_for(name, parse_resource_list(allocatable, "status.allocatable"))
-        counted = self.cache.counted(pod.uid)
-        if node is not None and counted is not None and counted[0] == name:
-            node = _without(node, pod)  # a retried pod must not compete with its own assumption
-        return node
-
-    def _verdict(self, pod: PodInfo, name: str, allocatable: Mapping[str, Any] | None) -> _Verdict:
-        """One node through the scalar pipeline (the definition the batch path must match)."""
-        try:
-            node = self._node_for(pod, name, allocatable)
-        except (QuantityError, wire.WireError):
-            return _Verdict(name, None, Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, REASON_INVALID_NODE))
-        if node is None:
-            return _Verdict(name, None, Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, REASON_NODE_NOT_IN_CACHE))
-        return _Verdict(name, node, self.profile.filter(pod, node))
-
-    def _verdicts(self, pod: PodInfo, args: wire.ExtenderArgs) -> Iterator[_Verdict]:
-        candidates = _Candidates.of(args)
-        for name in candidates.names:
-            yield self._verdict(pod, name, candidates.allocatable(name))
-
-    def _candidates(self, pod: PodInfo, args: wire.ExtenderArgs) -> tuple[_Candidates, Batch | None]:
-        """Candidates in request order, each once, and their table rows (None: use the scalar path)."""
-        candidates = _Candidates.of(args, dedupe=False)
-        if not self._exact(pod):
-            return _Candidates.of(args), None
-        batch = self._batch(pod, candidates.names)
-        if batch is None or (not batch.known.all() and _repeats(candidates.names, batch)):
-            candidates = _Candidates.of(args)  # repeated names: dedupe (rare), then gather again
-            batch = self._batch(pod, candidates.names)
-        return candidates, batch
-
-    def _exact(self, pod: PodInfo) -> bool:
-        """Whether the node table answers exactly for this pod (else the scalar path judges)."""
-        return self.cache.table.exact and all(abs(v) < EXACT_LIMIT for v in pod.resources.requests.values())
-
-    def _batch(self, pod: PodInfo, names: list[str]) -> Batch | None:
-        """The table rows of ``names``, with this pod's own requests discounted where it is counted."""
-        counted = self.cache.counted(pod.uid)
-        return self.cache.table.batch(names, (counted[0], pod.resources) if counted else None)
-
-    def _filter_verdicts(
-        self, pod: PodInfo, args: wire.ExtenderArgs
-    ) -> tuple[_Candidates, Batch | None, BatchVerdicts]:
-        """Verdicts for all candidates: batched from the node table, one by one for unknown nodes."""
-        candidates, batch = self._candidates(pod, args)
-        names = candidates.names
-        if batch is None:
-            verdicts = BatchVerdicts.passing(len(names))
-            for position, name in enumerate(names):
-                verdicts.set(position, self._verdict(pod, name, candidates.allocatable(name)).status)
-            return candidates, batch, verdicts
-        verdicts = self.profile.filter_batch(pod, batch)
-        for position in np.flatnonzero(~batch.known).tolist():
-            name = names[position]
-            verdicts.set(position, self._verdict(pod, name, candidates.allocatable(name)).status)
-        if batch.known.all():
-            verdicts.rows = batch.rows
-        return candidates, batch, verdicts
 
     def _record(
         self, verb: str, pod: str, outcome: str, *, level: int = logging.DEBUG, msg: str = "decision", **detail: Any
@@ -288,33 +219,25 @@ class ExtenderService:
                 self._record("filter", pod.key, "not-ready", error=not_ready)
                 return wire.filter_result(error=f"GPU extender not ready: {not_ready}"), False
             self._record("filter", pod.key, "not-ready-pass", error=not_ready)
-            candidates = _Candidates.of(args)
+            candidates = wire.Candidates.of(args)
             return candidates.result(candidates.names), False
-        candidates, batch, verdicts = self._filter_verdicts(pod, args)
-        names = candidates.names
-        if self.dra is not None and (pod.claims or pod.claims_pending):
-            try:
-                self._filter_claims(pod, names, verdicts)
-            except AllocationError as exc:
-                self._record("filter", pod.key, "error", error=str(exc))
-                return wire.filter_result(error=f"cannot allocate the claims of pod {pod.key}: {exc}"), False
+        candidates, batch = self.resources.nodes.gather(pod, args)
+        cycle = FilterCycle(pod, candidates, batch, BatchVerdicts.passing(len(candidates.names)))
+        try:
+            for participant in self.pipeline.at("filter", pod):
+                participant.filter(cycle)
+        except FilterError as exc:
+            self._record("filter", pod.key, "error", error=str(exc))
+            return wire.filter_result(error=str(exc)), False
+        names, verdicts = candidates.names, cycle.verdicts
         passed = verdicts.passed(names)
-        quota = self._quota_rejections(pod, passed)
-        failed = verdicts.failed(names, Code.UNSCHEDULABLE)
-        unresolvable = verdicts.failed(names, Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
-        if quota:
-            passed = [n for n in passed if n not in quota]
-            for name, (hard, reason) in quota.items():
-                (unresolvable if hard else failed)[name] = reason
         feasible = len(passed)
-        if self.config.filterReturns == BEST_SCORED and len(passed) > 1:
-            keep = verdicts.codes == 0
-            if quota:
-                keep &= np.array([name not in quota for name in names], dtype=np.bool_)
+        keep = verdicts.codes == 0
+        if self.config.filterReturns == BEST_SCORED and feasible > 1:
             subset = None if batch is None else batch.subset(keep)
-            passed = self._best_scored(pod, candidates.subset(passed), subset)  # the others: left out, not failed
-        elif verdicts.rows is not None and not quota:  # prioritize will ask about exactly these
-            self.cache.table.remember(passed, verdicts.rows[verdicts.codes == 0])
+            passed = self.resources.best_scored(pod, candidates.subset(passed), subset)  # the others: left out
+        elif batch is not None and batch.known.all():  # prioritize will ask about exactly these
+            self.cache.table.remember(passed, batch.rows[keep])
         reasons = verdicts.reason_counts()
         for reason, count in reasons.items():
             self.metrics.filter_failures.labels(reason).inc(count)
@@ -331,26 +254,9 @@ class ExtenderService:
             self._rejected.move_to_end(pod.uid)
             while len(self._rejected) > _PENDING_PODS:
                 self._rejected.popitem(last=False)
+        failed = verdicts.failed(names, Code.UNSCHEDULABLE)
+        unresolvable = verdicts.failed(names, Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
         return candidates.result(passed, failed, unresolvable), suspect
-
-    def _filter_claims(self, pod: PodInfo, names: list[str], verdicts: BatchVerdicts) -> None:
-        """DynamicResources on the nodes that passed so far (it is the most expensive check)."""
-        assert self.dra is not None
-        positions = np.flatnonzero(verdicts.codes == 0).tolist()
-        claims = self.dra.prefilter(pod)
-        if isinstance(claims, Status):
-            for position in positions:
-                verdicts.set(position, claims)
-            return
-        by_name = {names[position]: position for position in positions}
-        for name, status in self.dra.filter_nodes(pod, claims, list(by_name)).items():
-            verdicts.set(by_name[name], status)
-
-    def _quota_rejections(self, pod: PodInfo, names: list[str]) -> dict[str, tuple[bool, str]]:
-        """Queues (app/fairness.py): nodes whose flavor the pod's queue may not use or has no quota left on."""
-        if self.fairness is None or not pod.queue_labels:
-            return {}
-        return self.fairness.filter(pod, names)
 
     # ------------------------------------------------------------------ prioritize
     def prioritize(self, body: bytes, plugin: str | None = None) -> list[dict[str, Any]] | msgspec.Raw:
@@ -366,66 +272,19 @@ class ExtenderService:
         if not_ready:
             self._record("prioritize", pod.key, "not-ready", error=not_ready)
             return []
-        candidates, batch = self._candidates(pod, args)
-        names = candidates.names
-        priorities = self._priorities(pod, candidates, batch, plugin)
-        self._record("prioritize", pod.key, "ok", plugin=plugin or "", nodes=len(names))
+        candidates, batch = self.resources.nodes.gather(pod, args)
+        priorities = self.resources.priorities(pod, candidates, batch, plugin)
+        self._record("prioritize", pod.key, "ok", plugin=plugin or "", nodes=len(candidates.names))
         if batch is not None and batch.known.all():
-            # Prebuilt per-node JSON from the table: no dict per node, no re-encoding of names.
-            prefixes = map(self.cache.table.host_prefix.__getitem__, batch.rows.tolist())
-            body = b",".join(map(operator.add, prefixes, map(_SCORE_TAIL.__getitem__, priorities)))
-            return msgspec.Raw(b"[" + body + b"]")
-        return [{"Host": name, "Score": score} for name, score in zip(names, priorities, strict=True)]
-
-    def _priorities(self, pod: PodInfo, candidates: _Candidates, batch: Batch | None, plugin: str | None) -> list[int]:
-        """0..10 per candidate: the profile's 0..100 node scores through the configured priority scale."""
-        scores, known = self._node_scores(pod, candidates, batch, plugin)
-        result: list[int] = priority_scale.scale_batch(self.config.priorityScale, scores, known).tolist()
-        return result
-
-    def _node_scores(
-        self, pod: PodInfo, candidates: _Candidates, batch: Batch | None, plugin: str | None
-    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
-        """The profile's 0..100 score per candidate, and whether the node could be scored at all."""
-        names = candidates.names
-        scores = None if batch is None else self.profile.node_scores_batch(pod, batch, plugin)
-        if scores is None or batch is None:
-            scores = np.zeros(len(names), dtype=np.int64)
-            known = np.zeros(len(names), dtype=np.bool_)
-        else:
-            known = batch.known.copy()
-        for position in np.flatnonzero(~known).tolist():
-            name = names[position]
-            score = self._node_score(pod, name, candidates.allocatable(name), plugin)
-            if score is not None:
-                scores[position], known[position] = score, True
-        return scores, known
-
-    def _best_scored(self, pod: PodInfo, candidates: _Candidates, batch: Batch | None) -> list[str]:
-        """``filterReturns: BestScored``: the candidates the profile scores highest (prioritize then
-        asks about these, so the table remembers their rows)."""
-        scores, known = self._node_scores(pod, candidates, batch, None)
-        keep = best_scored_batch(scores, known)
-        best = [name for name, kept in zip(candidates.names, keep.tolist(), strict=True) if kept]
-        if batch is not None and batch.known.all():
-            self.cache.table.remember(best, batch.rows[keep])
-        return best
-
-    def _node_score(
-        self, pod: PodInfo, name: str, allocatable: Mapping[str, Any] | None, plugin: str | None
-    ) -> int | None:
-        """One node's 0..100 score; None when the node is unknown or its allocatable invalid."""
-        try:
-            node = self._node_for(pod, name, allocatable)
-        except (QuantityError, wire.WireError):
-            return None
-        return None if node is None else self.profile.node_score(pod, node, plugin)
+            return wire.host_priority_raw(
+                map(self.cache.table.host_prefix.__getitem__, batch.rows.tolist()), priorities
+            )
+        return wire.host_priority_list(candidates.names, priorities)
 
     # ------------------------------------------------------------------ preempt
     def preempt(self, body: bytes) -> dict[str, Any]:
-        """Per candidate node: for a queued pod, the fair-sharing victims instead of the scheduler's
-        (or the node dropped when there is no valid set); then keep the node only if, without its
-        victims, the pod fits our managed resources."""
+        """Per candidate node: the participants may choose other victims (queues: fair sharing) or
+        drop the node; then the node is kept only if evicting the victims lets the pod fit."""
         try:
             args = wire.decode_preempt_args(body)
             pod = self._pod(args.pod)
@@ -433,43 +292,19 @@ class ExtenderService:
             self._record(
                 "preempt", "?", "error", level=logging.WARNING, msg=f"invalid preempt request: {exc}", error=str(exc)
             )
-            # ExtenderPreemptionResult has no Error field: an empty map ends preemption for this pod.
-            return {"NodeNameToMetaVictims": {}, "Error": f"invalid preempt request: {exc}"}
+            return wire.preempt_result({}, error=f"invalid preempt request: {exc}")
         not_ready = self.not_ready_reason()
         result: dict[str, Any] = {}
         dropped: dict[str, str] = {}
-        fairness = self.fairness
         for node_name, victims in args.victims.items():
-            uids = victims.uids
-            if not_ready:
-                result[node_name] = _meta_victims(uids, victims.num_pdb_violations)  # cannot judge: unchanged
+            if not_ready:  # cannot judge: unchanged
+                result[node_name] = wire.meta_victims(victims.uids, victims.num_pdb_violations)
                 continue
-            node = self.cache.node_info(node_name)
-            if node is None:
-                dropped[node_name] = REASON_NODE_NOT_IN_CACHE
-                continue
-            choice = fairness.preempt_choice(pod, node_name, uids) if fairness is not None else None
-            if fairness is not None and choice is not None:
-                fairness.record_preempt(pod, node_name, choice)
-                if choice.action == "drop":
-                    dropped[node_name] = choice.reason
-                    continue
-                if choice.action == "replace":
-                    uids = list(choice.victims)  # the scheduler's PDB count is kept: we do not see PDBs
-            requested = dict(node.requested)
-            for uid in {*uids, pod.uid}:  # the preemptor too, if already assumed there
-                counted = self.cache.counted(uid)
-                if counted is None or counted[0] != node_name:
-                    continue  # not counted on this node: nothing to give back
-                for resource, amount in counted[1].resources.requests.items():
-                    requested[resource] = requested.get(resource, 0) - amount
-            status = self.fit.fits(pod, node.allocatable, requested)
-            if status.passed:
-                result[node_name] = _meta_victims(uids, victims.num_pdb_violations)
-            elif choice is not None and choice.action == "replace":
-                dropped[node_name] = f"the queue victims do not free enough of the node: {status.reason}"
+            reason = self._victims_on(pod, node_name, victims)
+            if isinstance(reason, str):
+                dropped[node_name] = reason
             else:
-                dropped[node_name] = status.reason
+                result[node_name] = wire.meta_victims(reason, victims.num_pdb_violations)
         self._record(
             "preempt",
             pod.key,
@@ -479,22 +314,36 @@ class ExtenderService:
             kept=sorted(result),
             dropped=dropped,
         )
-        return {"NodeNameToMetaVictims": result}
+        return wire.preempt_result(result)
+
+    def _victims_on(self, pod: PodInfo, node_name: str, victims: wire.Victims) -> list[str] | str:
+        """The victims on one node (the scheduler's PDB count is kept: we do not see PDBs), or why the
+        node is dropped."""
+        node = self.cache.node_info(node_name)
+        if node is None:
+            return REASON_NODE_NOT_IN_CACHE
+        uids, chosen_by = list(victims.uids), ""
+        for participant in self.pipeline.at("select_victims", pod):
+            choice = participant.select_victims(pod, node_name, uids)
+            if choice is None:
+                continue
+            if choice.drop:
+                return choice.drop
+            uids, chosen_by = list(choice.victims), choice.chosen_by
+        for participant in self.pipeline.at("check_victims", pod):
+            reason = participant.check_victims(pod, node, uids)
+            if reason:
+                return f"{chosen_by} do not free enough of the node: {reason}" if chosen_by else reason
+        return uids
 
     # ------------------------------------------------------------------ bind
     async def bind(self, body: bytes) -> dict[str, Any]:
         try:
             args = wire.decode_bind_args(body)
         except wire.WireError as exc:
-            self._record(
-                "bind",
-                "?",
-                "error",
-                level=logging.WARNING,
-                msg=f"bind failed: invalid bind request: {exc}",
-                error=str(exc),
-            )
-            return {"Error": f"invalid bind request: {exc}"}
+            message = f"invalid bind request: {exc}"
+            self._record("bind", "?", "error", level=logging.WARNING, msg=f"bind failed: {message}", error=str(exc))
+            return wire.bind_result(message)
         key = f"{args.pod_namespace}/{args.pod_name}"
         pod = self.cache.pods.get(args.pod_uid) or self._pending.get(args.pod_uid)
         if pod is None:
@@ -502,185 +351,84 @@ class ExtenderService:
         if (pod.namespace, pod.name) != (args.pod_namespace, args.pod_name):
             return self._bind_failed(key, "mismatch", f"pod uid {args.pod_uid} belongs to {pod.key}, not {key}")
         if pod.node_name == args.node:
-            self._record("bind", key, "already-bound", level=logging.INFO, msg=_already(key, args.node), node=args.node)
-            return {"Error": ""}
+            return self._already_bound(key, args.node)
         if pod.node_name:
             return self._bind_failed(key, "bound-elsewhere", f"pod {key} is already bound to node {pod.node_name}")
         if args.node not in self.cache.nodes:
             return self._bind_failed(key, "unknown-node", f"node {args.node} is unknown to the extender")
-        refusal = self.fairness.admits(pod, args.node) if self.fairness is not None else None
+        cycle = BindCycle(pod, args.node)
+        refusal = self._admit_and_reserve(cycle)
+        if refusal is None:
+            self.bindless.assumed(pod.uid, args.node)  # from here on a Binding to this node is ours
+            for participant in self.pipeline.at("pre_bind", pod):
+                refusal = await participant.pre_bind(cycle)
+                if refusal is not None:
+                    break
+        if refusal is None:
+            try:
+                await self.binder.bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node)
+            except BindError as exc:
+                if exc.bound_to == args.node:
+                    return self._already_bound(key, args.node)
+                message = f"binding pod {key} to node {args.node} failed: {exc}"
+                refusal = Refusal(exc.kind, message, definite=exc.definite)
         if refusal is not None:
-            return self._bind_failed(
-                key, "quota", f"the queue of pod {key} can no longer use node {args.node}: {refusal}"
-            )
-        status = self.cache.assume(pod, args.node, check=lambda node: self.fit.filter(pod, node))
-        if status is not None:
-            return self._bind_failed(key, "no-fit", f"node {args.node} no longer fits pod {key}: {status.reason}")
-        self.bindless.assumed(args.pod_uid, args.node)  # from here on a Binding to this node is ours
-        # Reserve: the devices are in flight before the first await, like the assumption above.
-        reservation: Reservation | None = None
-        if self.dra is not None and (pod.claims or pod.claims_pending):
-            try:
-                chosen = self.dra.reserve(pod, args.node)
-            except AllocationError as exc:
-                chosen = Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, str(exc))
-            if isinstance(chosen, Status):
-                self._release(args.pod_uid, args.node)
-                return self._bind_failed(
-                    key, "no-fit", f"node {args.node} cannot take the claims of pod {key}: {chosen.reason}"
-                )
-            reservation = chosen
-            try:
-                assert self.claim_writer is not None
-                await self.dra.prebind(pod, reservation, self.claim_writer)
-            except ClaimWriteError as exc:
-                if exc.definite:
-                    self._release(args.pod_uid, args.node)
-                return self._bind_failed(key, "claim-write", f"writing the claims of pod {key} failed: {exc}")
-        try:
-            await self.binder.bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node)
-        except BindError as exc:
-            if exc.bound_to == args.node:
-                self._record(
-                    "bind", key, "already-bound", level=logging.INFO, msg=_already(key, args.node), node=args.node
-                )
-                return {"Error": ""}
-            if exc.definite:
-                self._release(args.pod_uid, args.node)  # the API refused: release what we assumed
-                if reservation is not None and not reservation.empty:
-                    assert self.dra is not None and self.claim_writer is not None
-                    await self.dra.unreserve(pod, self.dra.written(reservation), self.claim_writer)
-            return self._bind_failed(key, exc.kind, f"binding pod {key} to node {args.node} failed: {exc}")
+            if refusal.definite and cycle.reserved:
+                await self._unreserve(cycle)
+            return self._bind_failed(key, refusal.kind, refusal.message)
         self._record("bind", key, "bound", level=logging.INFO, msg=f"bound {key} to node {args.node}", node=args.node)
-        if self.fairness is not None and pod.queue_labels:
-            self.fairness.record_bind(pod, args.node)
-        return {"Error": ""}
+        for participant in self.pipeline.at("post_bind", pod):
+            participant.post_bind(cycle)
+        return wire.bind_result()
 
-    def _release(self, uid: str, node: str) -> None:
-        """Drop an assumption after a bind that failed for certain: a Binding to ``node`` is not ours."""
-        self.cache.forget(uid)
-        self.bindless.released(uid, node)
+    def _admit_and_reserve(self, cycle: BindCycle) -> Refusal | None:
+        """Admit, then reserve, all before the first await (atomic with other binds and filters); a
+        failed reserve gives back what the participants before it reserved."""
+        pod = cycle.pod
+        for participant in self.pipeline.at("admit", pod):
+            refusal = participant.admit(pod, cycle.node)
+            if refusal is not None:
+                return refusal
+        for participant in self.pipeline.at("reserve", pod):
+            refusal = participant.reserve(cycle)
+            if refusal is not None:
+                return refusal
+            cycle.reserved.append(participant)
+        return None
+
+    async def _unreserve(self, cycle: BindCycle) -> None:
+        """A bind that failed for certain: the participants give back what they reserved, last first,
+        and a Binding to this node is no longer ours."""
+        reserved, cycle.reserved = cycle.reserved, []
+        for participant in reversed(reserved):
+            await participant.unreserve(cycle)
+        self.bindless.released(cycle.pod.uid, cycle.node)
+
+    def _already_bound(self, key: str, node: str) -> dict[str, Any]:
+        message = f"{key} was already bound to node {node} (a retried bind): success"
+        self._record("bind", key, "already-bound", level=logging.INFO, msg=message, node=node)
+        return wire.bind_result()
 
     def _bind_failed(self, key: str, kind: str, message: str) -> dict[str, Any]:
         self.metrics.bind_errors.labels(kind).inc()
         self._record("bind", key, "error", level=logging.WARNING, msg=f"bind failed: {message}", error=message)
-        return {"Error": message}
+        return wire.bind_result(message)
 
     # ------------------------------------------------------------------ explain
     def explain(self, body: bytes) -> dict[str, Any]:
-        """Per node: the filter verdict, each plugin's raw 0..100 score, the 0..10 score /prioritize would give
-        among the nodes that pass (null for the others), and for
-        a queued pod the fairness verdict (queue, flavors, quota verdict, FlavorFairness score)."""
+        """Per node: the resource fit's verdict, plugin scores and the 0..10 score /prioritize would
+        give, and under each other participant's name what it says about the node (for a pod with
+        claims, "dra"; for a queued pod, "fairness": queue, flavors, quota verdict, FlavorFairness)."""
         args = wire.decode_extender_args(body)
         pod = self._pod(args.pod_raw)
-        claims: PodClaims | Status | None = None
-        if self.dra is not None and (pod.claims or pod.claims_pending):
-            claims = self.dra.prefilter(pod)
-        nodes = []
-        verdicts = list(self._verdicts(pod, args))
-        fairness = {} if self.fairness is None else self.fairness.explain(pod, [v.name for v in verdicts])
-        scores = {v.name: self.profile.score(pod, v.node) for v in verdicts if v.node is not None and v.status.passed}
-        # Priorities as /prioritize would give them for the nodes that pass filter.
-        ranked = list(scores)
-        scaled = priority_scale.scale(self.config.priorityScale, [scores[n].node_score for n in ranked])
-        priorities = dict(zip(ranked, scaled, strict=True))
-        for verdict in verdicts:
-            entry: dict[str, Any] = {
-                "name": verdict.name,
-                "filter": {
-                    "passed": verdict.status.passed,
-                    "reason": verdict.status.reason,
-                    "code": verdict.status.code.value,
-                },
-            }
-            if verdict.node is not None:
-                score = scores.get(verdict.name) or self.profile.score(pod, verdict.node)
-                entry.update(
-                    scores=dict(score.plugin_scores),
-                    nodeScore=score.node_score,
-                    score=priorities.get(verdict.name),
-                    managed={
-                        r: {
-                            "allocatable": verdict.node.allocatable.get(r, 0),
-                            "requested": verdict.node.requested.get(r, 0),
-                            "pod": pod.resources.requests.get(r, 0),
-                        }
-                        for r in self.fit.resources
-                    },
-                )
-            if isinstance(claims, Status):
-                entry["dra"] = {"passed": False, "reason": claims.reason}
-            elif claims is not None and self.dra is not None:
-                entry["dra"] = self.dra.explain(pod, claims, verdict.name)
-            if verdict.name in fairness:
-                entry["fairness"] = fairness[verdict.name]
-            nodes.append(entry)
+        candidates = wire.Candidates.of(args)
+        nodes = self.resources.explain_nodes(pod, candidates)
+        for participant in self.pipeline.at("explain", pod):
+            detail = participant.explain(pod, candidates.names)
+            for entry in nodes:
+                if entry["name"] in detail:
+                    entry[participant.name] = detail[entry["name"]]
         return {"pod": pod.key, "notReady": self.not_ready_reason(), "nodes": nodes}
-
-
-def _already(key: str, node: str) -> str:
-    return f"{key} was already bound to node {node} (a retried bind): success"
-
-
-def _meta_victims(uids: list[str], pdb_violations: int) -> dict[str, Any]:
-    """One node's ``MetaVictims``: the victims by UID."""
-    return {"Pods": [{"UID": uid} for uid in uids], "NumPDBViolations": pdb_violations}
-
-
-def _without(node: NodeInfo, pod: PodInfo) -> NodeInfo:
-    requested = dict(node.requested)
-    for name, amount in pod.resources.requests.items():
-        requested[name] = requested.get(name, 0) - amount
-    return replace(
-        node,
-        requested=requested,
-        non_zero_cpu=node.non_zero_cpu - pod.resources.non_zero_cpu,
-        non_zero_memory=node.non_zero_memory - pod.resources.non_zero_memory,
-        pod_count=node.pod_count - 1,
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class _Candidates:
-    """Candidate names in request order, each once; in NodeList mode also their allocatable."""
-
-    names: list[str]
-    by_name: dict[str, wire.RequestNode] | None = None
-
-    @staticmethod
-    def of(args: wire.ExtenderArgs, *, dedupe: bool = True) -> _Candidates:
-        if args.node_names is not None:
-            return _Candidates(list(dict.fromkeys(args.node_names)) if dedupe else args.node_names)
-        by_name: dict[str, wire.RequestNode] = {}
-        for node in args.nodes or ():
-            by_name.setdefault(node.name, node)  # the first occurrence wins; dicts keep that order
-        return _Candidates(list(by_name), by_name)
-
-    def result(
-        self,
-        passed: list[str],
-        failed: Mapping[str, str] | None = None,
-        unresolvable: Mapping[str, str] | None = None,
-    ) -> dict[str, Any]:
-        """The filter answer in the request's mode: names, or the request's Node objects unchanged."""
-        if self.by_name is None:
-            return wire.filter_result(node_names=passed, failed=failed, unresolvable=unresolvable)
-        nodes = [self.by_name[name].raw for name in passed]
-        return wire.filter_result(nodes=nodes, failed=failed, unresolvable=unresolvable)
-
-    def subset(self, names: list[str]) -> _Candidates:
-        """These candidates only (``names`` come from this request, each once)."""
-        if self.by_name is None:
-            return _Candidates(names)
-        return _Candidates(names, {name: self.by_name[name] for name in names})
-
-    def allocatable(self, name: str) -> Mapping[str, Any] | None:
-        if self.by_name is None:
-            return None
-        try:
-            return self.by_name[name].allocatable or {}
-        except wire.WireError:
-            return _UNPARSABLE  # judged like an invalid quantity: "node(s) with invalid allocatable"
 
 
 def _remember(lru: OrderedDict[Any, PodInfo], key: Any, pod: PodInfo, limit: int) -> None:
@@ -689,9 +437,3 @@ def _remember(lru: OrderedDict[Any, PodInfo], key: Any, pod: PodInfo, limit: int
     lru.move_to_end(key)
     while len(lru) > limit:
         lru.popitem(last=False)
-
-
-def _repeats(names: list[str], batch: Batch) -> bool:
-    """Whether names unknown to the table repeat (the table itself reports repeated known names)."""
-    unknown = [names[i] for i in np.flatnonzero(~batch.known).tolist()]
-    return len(set(unknown)) < len(unknown)

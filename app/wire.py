@@ -8,8 +8,9 @@ as ``msgspec.Raw`` without re-encoding.
 
 from __future__ import annotations
 
+import operator
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,16 +18,22 @@ import msgspec
 
 __all__ = [
     "BindArgs",
+    "Candidates",
     "ExtenderArgs",
     "PreemptArgs",
     "WireError",
+    "bind_result",
     "decode_bind_args",
     "decode_extender_args",
     "decode_pod",
     "decode_preempt_args",
     "encode",
     "filter_result",
+    "host_priority_list",
+    "host_priority_raw",
+    "meta_victims",
     "node_list",
+    "preempt_result",
 ]
 
 
@@ -276,6 +283,88 @@ def filter_result(
         "FailedAndUnresolvableNodes": dict(unresolvable or {}),
         "Error": error,
     }
+
+
+def host_priority_list(names: Sequence[str], scores: Sequence[int]) -> list[dict[str, Any]]:
+    """``HostPriorityList``: one ``{"Host", "Score"}`` per node."""
+    return [{"Host": name, "Score": score} for name, score in zip(names, scores, strict=True)]
+
+
+_SCORE_TAIL = [f"{score}}}".encode() for score in range(11)]  # closes a prebuilt '{"Host":...,"Score":'
+
+
+def host_priority_raw(prefixes: Iterable[bytes], scores: Sequence[int]) -> msgspec.Raw:
+    """``HostPriorityList`` from per-node prebuilt ``{"Host":"<name>","Score":`` prefixes: no dict per
+    node, no re-encoding of names (scores are 0..10)."""
+    body = b",".join(map(operator.add, prefixes, map(_SCORE_TAIL.__getitem__, scores)))
+    return msgspec.Raw(b"[" + body + b"]")
+
+
+def meta_victims(uids: Sequence[str], pdb_violations: int) -> dict[str, Any]:
+    """One node's ``MetaVictims``: the victims by UID."""
+    return {"Pods": [{"UID": uid} for uid in uids], "NumPDBViolations": pdb_violations}
+
+
+def preempt_result(victims: Mapping[str, Mapping[str, Any]], error: str = "") -> dict[str, Any]:
+    """``ExtenderPreemptionResult``. The Go type has no Error field: an ``error`` goes along for people
+    reading the reply, and an empty map ends preemption for this pod."""
+    result: dict[str, Any] = {"NodeNameToMetaVictims": dict(victims)}
+    if error:
+        result["Error"] = error
+    return result
+
+
+def bind_result(error: str = "") -> dict[str, Any]:
+    """``ExtenderBindingResult``: an empty ``Error`` is success."""
+    return {"Error": error}
+
+
+_UNPARSABLE: Mapping[str, Any] = {"status.allocatable": "unparsable"}
+
+
+@dataclass(frozen=True, slots=True)
+class Candidates:
+    """A request's candidate nodes in order, each once; in NodeList mode also their Node objects,
+    which the filter answer echoes unchanged."""
+
+    names: list[str]
+    by_name: dict[str, RequestNode] | None = None
+
+    @staticmethod
+    def of(args: ExtenderArgs, *, dedupe: bool = True) -> Candidates:
+        if args.node_names is not None:
+            return Candidates(list(dict.fromkeys(args.node_names)) if dedupe else args.node_names)
+        by_name: dict[str, RequestNode] = {}
+        for node in args.nodes or ():
+            by_name.setdefault(node.name, node)  # the first occurrence wins; dicts keep that order
+        return Candidates(list(by_name), by_name)
+
+    def result(
+        self,
+        passed: list[str],
+        failed: Mapping[str, str] | None = None,
+        unresolvable: Mapping[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """The filter answer in the request's mode: names, or the request's Node objects unchanged."""
+        if self.by_name is None:
+            return filter_result(node_names=passed, failed=failed, unresolvable=unresolvable)
+        nodes = [self.by_name[name].raw for name in passed]
+        return filter_result(nodes=nodes, failed=failed, unresolvable=unresolvable)
+
+    def subset(self, names: list[str]) -> Candidates:
+        """These candidates only (``names`` come from this request, each once)."""
+        if self.by_name is None:
+            return Candidates(names)
+        return Candidates(names, {name: self.by_name[name] for name in names})
+
+    def allocatable(self, name: str) -> Mapping[str, Any] | None:
+        """A NodeList node's allocatable (None in NodeNames mode: the cache's is used)."""
+        if self.by_name is None:
+            return None
+        try:
+            return self.by_name[name].allocatable or {}
+        except WireError:
+            return _UNPARSABLE  # judged like an invalid quantity: "node(s) with invalid allocatable"
 
 
 def encode(obj: Any) -> bytes:

@@ -33,6 +33,7 @@ from app.cache import ClusterCache
 from app.config import parse_config
 from app.metrics import Metrics
 from app.objects import claim_from_obj, device_class_from_obj, node_from_obj, slice_from_obj
+from app.pipeline import DraClaims
 from app.service import ExtenderService
 from app.snapshot import SOURCES, SnapshotBinder, SnapshotClaimWriter
 from scoring.framework import PodInfo
@@ -173,7 +174,9 @@ async def interleave(
     """Run filter+bind cycles until ``calls`` verb calls were made; bound pods are deleted at random."""
     rng = random.Random(seed)
     service.binder = _Yielding(service.binder, rng)  # type: ignore[assignment]
-    service.claim_writer = _Yielding(service.claim_writer, rng)  # type: ignore[assignment]
+    claims = service.pipeline.get(DraClaims)
+    if claims is not None:
+        claims.writer = _Yielding(claims.writer, rng)  # type: ignore[assignment]
     cache = service.cache
     names = sorted(cache.nodes)
     outcome = Outcome()

@@ -51,3 +51,20 @@ def test_the_checker_sees_lazy_imports(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
     module.write_text("import os\n\ndef f():\n    import httpx\n    from app.cache import ClusterCache\n")
     assert _imports(module) == {"os", "httpx", "app"}
+
+
+# The pipeline's participants (app/pipeline): each depends on the framework and the domain, never on
+# another participant, so adding or switching one off touches no other.
+PARTICIPANTS = ("fit", "claims", "queues")
+
+
+@pytest.mark.parametrize("participant", PARTICIPANTS)
+def test_participants_do_not_import_each_other(participant: str) -> None:
+    tree = ast.parse((ROOT / "app" / "pipeline" / f"{participant}.py").read_text(encoding="utf-8"))
+    modules = {
+        node.module
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("app.pipeline")
+    }
+    others = {f"app.pipeline.{other}" for other in PARTICIPANTS if other != participant} | {"app.pipeline"}
+    assert not modules & others, sorted(modules & others)

@@ -16,6 +16,7 @@ import pytest
 from app.debug import debug_view
 from app.dynamicresources import ClaimWriteError
 from app.objects import pod_from_obj
+from app.pipeline import DraClaims
 from app.service import BindError
 from scoring.framework import Status
 from tests.conftest import (
@@ -313,9 +314,11 @@ def test_debug_shows_pools_in_allocation_order_holders_and_in_flight() -> None:
     # A bind in flight shows up with its devices until its claim write lands.
     py = with_claims(pod_obj("py"), "y")
     service.cache.upsert_pod(pod_from_obj(py))
-    claims = service.dra.prefilter(service.cache.pods[py["metadata"]["uid"]])
+    participant = service.pipeline.get(DraClaims)
+    assert participant is not None
+    claims = participant.dra.prefilter(service.cache.pods[py["metadata"]["uid"]])
     assert not isinstance(claims, Status)
-    reservation = service.dra.reserve(service.cache.pods[py["metadata"]["uid"]], "d1")
+    reservation = participant.dra.reserve(service.cache.pods[py["metadata"]["uid"]], "d1")
     assert not isinstance(reservation, Status)
     view = debug_view(service, node="d1")
     assert [(e["pod"], e["devices"]) for e in view["draInFlight"]] == [("default/py", ["gpu.example.com/z-high/g1"])]

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from app import wire
-from app.service import BindError
+from app.service import BindError, ExtenderService
 from app.snapshot import SnapshotBinder
 from tests.conftest import bind_body, filter_body, make_service, node_obj, pod_obj
 
@@ -223,20 +223,26 @@ def test_explain_reports_verdicts_and_raw_scores() -> None:
     }
 
 
-@pytest.mark.parametrize("gpus", [0, 1, 2, 4, 8, 9])
-def test_batch_answers_match_explain_on_the_example_cluster(gpus: int) -> None:
-    """/filter and /prioritize (batched) agree with /debug/explain (one node at a time)."""
+def _example_cluster_service(config: dict[str, Any] | None = None) -> ExtenderService:
+    """A service over examples/cluster.yaml, synced."""
     from pathlib import Path
 
     from app.cache import ClusterCache
-    from app.snapshot import load_snapshot
+    from app.config import parse_config
+    from app.snapshot import SnapshotBinder, load_snapshot
 
-    service = make_service()
     cache = ClusterCache()
     load_snapshot(Path(__file__).resolve().parents[2] / "examples" / "cluster.yaml", cache)
-    service.cache = cache
     for source in ("nodes", "pods"):
         cache.source(source).synced = True
+    return ExtenderService(parse_config(config or {}), cache, SnapshotBinder(cache))
+
+
+@pytest.mark.parametrize("gpus", [0, 1, 2, 4, 8, 9])
+def test_batch_answers_match_explain_on_the_example_cluster(gpus: int) -> None:
+    """/filter and /prioritize (batched) agree with /debug/explain (one node at a time)."""
+    service = _example_cluster_service()
+    cache = service.cache
     names = [*sorted(cache.nodes), "ghost"]
     body = filter_body(pod_obj("p", gpus=gpus, cpu="8", memory="32Gi"), names)
     explained = {n["name"]: n for n in service.explain(body)["nodes"]}
@@ -274,20 +280,10 @@ def test_one_structured_log_line_per_decision(caplog: pytest.LogCaptureFixture) 
 def test_best_scored_filter_keeps_the_top_priority_nodes(gpus: int) -> None:
     """``filterReturns: BestScored``: the nodes that pass, narrowed to those /prioritize would give 10
     (the nodes left out are not reported failed); the rejected ones are reported as before."""
-    from pathlib import Path
-
-    from app.cache import ClusterCache
-    from app.config import parse_config
-    from app.snapshot import load_snapshot
-
     answers = {}
     for mode in ("Feasible", "BestScored"):
-        service = make_service(config=parse_config({"filterReturns": mode}))
-        cache = ClusterCache()
-        load_snapshot(Path(__file__).resolve().parents[2] / "examples" / "cluster.yaml", cache)
-        service.cache = cache
-        for source in ("nodes", "pods"):
-            cache.source(source).synced = True
+        service = _example_cluster_service({"filterReturns": mode})
+        cache = service.cache
         body = filter_body(pod_obj("p", gpus=gpus, cpu="8", memory="32Gi"), sorted(cache.nodes))
         answers[mode] = (service.filter(body), service)
     feasible, service = answers["Feasible"]

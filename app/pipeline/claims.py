@@ -1,0 +1,93 @@
+"""DRA claims: a pod's ResourceClaims allocated on the node it binds to (KEP-5773 priority order).
+
+Filter runs DynamicResources on the nodes still passing (it is the most expensive check); reserve
+chooses the devices and holds them in flight; pre-bind writes the claims; unreserve gives back
+what was written when the Binding fails for certain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from allocator import AllocationError
+from app.dynamicresources import ClaimWriteError, ClaimWriter, DynamicResources, Reservation
+from app.pipeline.framework import BindCycle, FilterCycle, FilterError, Participant, Refusal
+from scoring.framework import PodInfo, Status
+
+__all__ = ["DraClaims"]
+
+
+class DraClaims(Participant):
+    name = "dra"
+
+    def __init__(self, dra: DynamicResources, writer: ClaimWriter) -> None:
+        self.dra = dra
+        self.writer = writer
+
+    def applies(self, pod: PodInfo) -> bool:
+        return bool(pod.claims or pod.claims_pending)
+
+    def filter(self, cycle: FilterCycle) -> None:
+        pod, positions = cycle.pod, cycle.passing()
+        try:
+            claims = self.dra.prefilter(pod)
+            if isinstance(claims, Status):
+                for position in positions:
+                    cycle.verdicts.set(position, claims)
+                return
+            by_name = {cycle.names[position]: position for position in positions}
+            for name, status in self.dra.filter_nodes(pod, claims, list(by_name)).items():
+                cycle.verdicts.set(by_name[name], status)
+        except AllocationError as exc:
+            raise FilterError(f"cannot allocate the claims of pod {pod.key}: {exc}") from None
+
+    def reserve(self, cycle: BindCycle) -> Refusal | None:
+        """Choose the devices on the node and count them in flight (before the first await)."""
+        try:
+            chosen = self.dra.reserve(cycle.pod, cycle.node)
+        except AllocationError as exc:
+            return self._cannot(cycle, str(exc))
+        if isinstance(chosen, Status):
+            return self._cannot(cycle, chosen.reason)
+        cycle.state[self.name] = _Held(chosen)
+        return None
+
+    @staticmethod
+    def _cannot(cycle: BindCycle, reason: str) -> Refusal:
+        return Refusal("no-fit", f"node {cycle.node} cannot take the claims of pod {cycle.key}: {reason}")
+
+    async def pre_bind(self, cycle: BindCycle) -> Refusal | None:
+        held: _Held = cycle.state[self.name]
+        try:
+            await self.dra.prebind(cycle.pod, held.reservation, self.writer)
+        except ClaimWriteError as exc:
+            del cycle.state[self.name]  # prebind undid its own writes
+            message = f"writing the claims of pod {cycle.key} failed: {exc}"
+            return Refusal("claim-write", message, definite=exc.definite)
+        held.written = True
+        return None
+
+    async def unreserve(self, cycle: BindCycle) -> None:
+        held: _Held | None = cycle.state.pop(self.name, None)
+        if held is None or held.reservation.empty:
+            return
+        if held.written:
+            await self.dra.unreserve(cycle.pod, self.dra.written(held.reservation), self.writer)
+        else:
+            self.dra.state.end(cycle.pod.uid)  # reserved, never written: the devices leave flight
+
+    def explain(self, pod: PodInfo, names: Sequence[str]) -> Mapping[str, Any]:
+        claims = self.dra.prefilter(pod)
+        if isinstance(claims, Status):
+            return {name: {"passed": False, "reason": claims.reason} for name in names}
+        return {name: self.dra.explain(pod, claims, name) for name in names}
+
+
+@dataclass(slots=True)
+class _Held:
+    """What reserve chose, and whether pre-bind wrote it."""
+
+    reservation: Reservation
+    written: bool = False

@@ -1,0 +1,164 @@
+"""Resource fit: the scheduling profile (FitPlus, ScarceResourceAvoidance, ManagedResourcesFit and
+the rest) over the node table, and the assumption that holds a node's resources during a bind.
+
+It is also the pipeline's scorer: /prioritize and ``filterReturns: BestScored`` rank nodes by the
+profile's weighted node score. Queues add their FlavorFairness plugin to the profile rather than a
+scoring stage of their own, so its weight combines with the others as in kube-scheduler.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from app.cache import ClusterCache
+from app.pipeline.framework import BindCycle, FilterCycle, Participant, Refusal
+from app.pipeline.nodes import CandidateNodes
+from app.wire import Candidates
+from scoring import priority_scale
+from scoring.best_scored import best_scored_batch
+from scoring.framework import NodeInfo, PodInfo, Status
+from scoring.managed_fit import ManagedResourcesFit
+from scoring.priority_scale import PriorityScale
+from scoring.profile import Profile
+from scoring.table import Batch
+
+__all__ = ["ResourceFit"]
+
+
+class ResourceFit(Participant):
+    name = "resources"
+
+    def __init__(
+        self,
+        cache: ClusterCache,
+        profile: Profile,
+        fit: ManagedResourcesFit,
+        scale: PriorityScale,
+    ) -> None:
+        self.cache = cache
+        self.nodes = CandidateNodes(cache)
+        self.profile = profile
+        self.fit = fit
+        self.scale = scale  # priorityScale: the profile's 0..100 node scores to /prioritize's 0..10
+
+    # ------------------------------------------------------------------ filter
+    def verdict(self, pod: PodInfo, name: str, allocatable: Mapping[str, Any] | None) -> tuple[NodeInfo | None, Status]:
+        """One node through the scalar profile (the definition the batch path must match)."""
+        node = self.nodes.node(pod, name, allocatable)
+        if isinstance(node, Status):
+            return None, node
+        return node, self.profile.filter(pod, node)
+
+    def filter(self, cycle: FilterCycle) -> None:
+        pod, names, batch, candidates = cycle.pod, cycle.names, cycle.batch, cycle.candidates
+        if batch is None:
+            for position in cycle.passing():
+                name = names[position]
+                cycle.verdicts.set(position, self.verdict(pod, name, candidates.allocatable(name))[1])
+            return
+        verdicts = self.profile.filter_batch(pod, batch)
+        for position in np.flatnonzero(~batch.known).tolist():
+            name = names[position]
+            verdicts.set(position, self.verdict(pod, name, candidates.allocatable(name))[1])
+        cycle.verdicts.merge_later(verdicts)
+
+    # ------------------------------------------------------------------ score
+    def node_scores(
+        self, pod: PodInfo, candidates: Candidates, batch: Batch | None, plugin: str | None
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+        """The profile's 0..100 score per candidate, and whether the node could be scored at all."""
+        names = candidates.names
+        scores = None if batch is None else self.profile.node_scores_batch(pod, batch, plugin)
+        if scores is None or batch is None:
+            scores = np.zeros(len(names), dtype=np.int64)
+            known = np.zeros(len(names), dtype=np.bool_)
+        else:
+            known = batch.known.copy()
+        for position in np.flatnonzero(~known).tolist():
+            name = names[position]
+            node = self.nodes.node(pod, name, candidates.allocatable(name))
+            if not isinstance(node, Status):
+                scores[position], known[position] = self.profile.node_score(pod, node, plugin), True
+        return scores, known
+
+    def priorities(self, pod: PodInfo, candidates: Candidates, batch: Batch | None, plugin: str | None) -> list[int]:
+        """0..10 per candidate: the node scores through the configured priority scale."""
+        scores, known = self.node_scores(pod, candidates, batch, plugin)
+        result: list[int] = priority_scale.scale_batch(self.scale, scores, known).tolist()
+        return result
+
+    def best_scored(self, pod: PodInfo, candidates: Candidates, batch: Batch | None) -> list[str]:
+        """``filterReturns: BestScored``: the candidates the profile scores highest (prioritize then
+        asks about these, so the table remembers their rows)."""
+        scores, known = self.node_scores(pod, candidates, batch, None)
+        keep = best_scored_batch(scores, known)
+        best = [name for name, kept in zip(candidates.names, keep.tolist(), strict=True) if kept]
+        if batch is not None and batch.known.all():
+            self.cache.table.remember(best, batch.rows[keep])
+        return best
+
+    # ------------------------------------------------------------------ preempt
+    def check_victims(self, pod: PodInfo, node: NodeInfo, victims: Sequence[str]) -> str:
+        """Whether, without its victims (and the preemptor's own assumption there), the pod fits the
+        managed resources."""
+        requested = dict(node.requested)
+        for uid in {*victims, pod.uid}:
+            counted = self.cache.counted(uid)
+            if counted is None or counted[0] != node.name:
+                continue  # not counted on this node: nothing to give back
+            for resource, amount in counted[1].resources.requests.items():
+                requested[resource] = requested.get(resource, 0) - amount
+        status = self.fit.fits(pod, node.allocatable, requested)
+        return "" if status.passed else status.reason
+
+    # ------------------------------------------------------------------ bind
+    def reserve(self, cycle: BindCycle) -> Refusal | None:
+        """Assume the pod on the node, re-checking the fit atomically (no await in between)."""
+        pod = cycle.pod
+        status = self.cache.assume(pod, cycle.node, check=lambda node: self.fit.filter(pod, node))
+        if status is None:
+            return None
+        return Refusal("no-fit", f"node {cycle.node} no longer fits pod {cycle.key}: {status.reason}")
+
+    async def unreserve(self, cycle: BindCycle) -> None:
+        self.cache.forget(cycle.pod.uid)
+
+    # ------------------------------------------------------------------ explain
+    def explain_nodes(self, pod: PodInfo, candidates: Candidates) -> list[dict[str, Any]]:
+        """Per candidate: the profile's verdict, each plugin's raw 0..100 score, the 0..10 score
+        /prioritize would give among the nodes that pass (null for the others), and the managed
+        resources' numbers."""
+        verdicts = [(name, *self.verdict(pod, name, candidates.allocatable(name))) for name in candidates.names]
+        scores = {
+            name: self.profile.score(pod, node) for name, node, status in verdicts if node is not None and status.passed
+        }
+        ranked = list(scores)
+        scaled = priority_scale.scale(self.scale, [scores[name].node_score for name in ranked])
+        priorities = dict(zip(ranked, scaled, strict=True))
+        entries = []
+        for name, node, status in verdicts:
+            entry: dict[str, Any] = {
+                "name": name,
+                "filter": {"passed": status.passed, "reason": status.reason, "code": status.code.value},
+            }
+            if node is not None:
+                score = scores.get(name) or self.profile.score(pod, node)
+                entry.update(
+                    scores=dict(score.plugin_scores),
+                    nodeScore=score.node_score,
+                    score=priorities.get(name),
+                    managed={
+                        r: {
+                            "allocatable": node.allocatable.get(r, 0),
+                            "requested": node.requested.get(r, 0),
+                            "pod": pod.resources.requests.get(r, 0),
+                        }
+                        for r in self.fit.resources
+                    },
+                )
+            entries.append(entry)
+        return entries
