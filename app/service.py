@@ -77,7 +77,6 @@ class ExtenderService:
         self.config = config
         self.cache = cache
         self.binder = binder
-        cache.dra.proposal_ttl = config.dra.proposalTTLSeconds
         self.metrics = metrics or Metrics()
         self.pipeline, self.resources = build_pipeline(config, cache, claim_writer, wall_clock)
         self.kueue_source: Any = None  # app.kueue_watch.KueueSource when Kueue's objects are watched

@@ -26,6 +26,7 @@ def build_pipeline(
     wall_clock: Callable[[], float] = time.time,
 ) -> tuple[Pipeline, ResourceFit]:
     """The participants in order (fit, claims, queues), and the resource fit (the pipeline's scorer)."""
+    cache.dra.proposal_ttl = config.dra.proposalTTLSeconds
     fairness = Fairness.attach(cache, config.queue_config(), wall_clock)
     profile = config.build_profile(FlavorFairness(fairness))
     fit = ResourceFit(cache, profile, ManagedResourcesFit(config.managed_resource_names), config.priorityScale)
