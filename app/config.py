@@ -9,9 +9,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from app.auth import read_token
 from app.fairness import FLAVOR_FAIRNESS, FlavorFairness
-from app.queues import QueueConfig, parse_queue_config
 from app.tls import check_readable, check_tls_files
 from app.yamlfile import read_yaml
+from fairshare.config import QueueConfig, parse_queue_config
 from scoring.best_scored import FEASIBLE, FilterReturns
 from scoring.framework import ArgsError, ScorePlugin
 from scoring.managed_fit import ManagedResourcesFit
@@ -178,7 +178,7 @@ class ExtenderConfiguration(_Strict):
     cache: CacheConfig = Field(default_factory=CacheConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
     dra: DraConfig = Field(default_factory=DraConfig)
-    # Queues and fair sharing (README "Queues and fair sharing"); validated by app.queues.
+    # Queues and fair sharing (README "Queues and fair sharing"); validated by fairshare.config.
     queues: dict[str, Any] | None = None
 
     @property

@@ -1,10 +1,10 @@
-"""Queue decisions for the verbs: which nodes a queued pod may use (filter), the FlavorFairness score
-(prioritize), fair-sharing victims (preempt), and what /debug shows about them.
+"""Queues for the verbs: the adapter between the cache and the pure ``fairshare`` policy.
 
-It reads the usage the cache keeps current (``QueueUsage`` for Kueue ClusterQueues per flavor,
-``KaiUsage`` for KAI queues per resource) and calls the pure ``fairshare`` functions. A node's
-flavor depends only on the values of the flavors' label keys, so each request computes one verdict
-per distinct label signature, not one per node.
+It feeds the ledgers from cache events (``QueueUsage`` for Kueue ClusterQueues per flavor,
+``KaiUsage`` for KAI queues per resource), resolves a pod's queue and placement, and asks
+``fairshare`` for verdicts (filter, bind), the FlavorFairness score (prioritize) and victims
+(preempt); it records decisions for /debug/queues. A node's flavor depends only on the values of
+the flavors' label keys, so each request judges one verdict per distinct label signature.
 """
 
 from __future__ import annotations
@@ -12,62 +12,30 @@ from __future__ import annotations
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from app.cache_events import CacheEvent, NodeChanged, PodChanged, PodCounted
-from app.kai_usage import KaiUsage, kai_amounts
-from app.queues import KAI_QUEUE_LABEL, KUEUE_QUEUE_LABEL, QueueConfig, QueueUsage, queue_requests, queues_view
-from fairshare.admission import QuotaVerdict, Verdict, check_quota
-from fairshare.flavor import PodPlacement, flavor_fits_pod, node_matches_flavor
+from app.cache_events import CacheEvent, Counted, NodeChanged, PodChanged, PodCounted
+from app.objects import NodeObject
+from fairshare.admission import Verdict
+from fairshare.assignment import FlavorVerdict, QueuedPod, counted_usage, judge, queued_pod
+from fairshare.config import QueueConfig
+from fairshare.flavor import PodPlacement
 from fairshare.flavor_fairness import NAME as FLAVOR_FAIRNESS
 from fairshare.flavor_fairness import flavor_fairness_score
-from fairshare.kai import QueueResource
-from fairshare.preemption import Candidate, fair_preemption
-from fairshare.quota import FlavorResource, TreeUsage
+from fairshare.kai_usage import KaiUsage, Share, Victim
+from fairshare.preemption import Candidate
+from fairshare.quota import FlavorResource, TreeUsage, Usage
+from fairshare.requests import kai_amounts, kueue_amounts, queue_requests
+from fairshare.usage import QueueUsage, queues_view
+from fairshare.victims import PreemptChoice, kueue_victims
 from scoring.framework import NodeInfo, PodInfo
 
-__all__ = ["FLAVOR_FAIRNESS", "Fairness", "FlavorFairness", "PreemptChoice", "QueuedPod"]
+__all__ = ["FLAVOR_FAIRNESS", "Fairness", "FlavorFairness", "PreemptChoice"]
 
-_PLACEMENTS = 1024  # placements of recently seen queued pods, for prioritize and preempt
-
-
-@dataclass(frozen=True, slots=True)
-class QueuedPod:
-    """A pod's queue, resolved once per request. ``missing`` says why its queue cannot be used."""
-
-    kind: Literal["kueue", "kai"]
-    queue: str
-    requests: Mapping[str, float]  # Kueue: in Kueue units (cpu in cores); KAI: base units (milli-CPU, bytes)
-    covered: tuple[str, ...] = ()
-    missing: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class NodeFairness:
-    """The fairness verdict of one label signature (hence of every node carrying it)."""
-
-    flavors: Mapping[str, str]  # resource -> flavor; empty when the node's flavor is not allowed
-    request: Mapping[FlavorResource, float]
-    verdict: Verdict
-    reason: str = ""
-    borrowing: bool = False
-    flavor_index: int = 0
-    flavor_count: int = 1
-
-
-@dataclass(frozen=True, slots=True)
-class PreemptChoice:
-    """``keep``: quota is not what blocks the pod, judge the scheduler's victims by node fit only.
-    ``replace``: these victims (UIDs, highest priority first). ``drop``: no valid set on this node."""
-
-    action: Literal["keep", "replace", "drop"]
-    victims: tuple[str, ...] = ()
-    reason: str = ""
-    detail: tuple[dict[str, Any], ...] = ()
+_PLACEMENTS = 1024  # placements of recently seen queued pods, for prioritize, bind and preempt
 
 
 class NodeSignatures:
@@ -101,60 +69,121 @@ class NodeSignatures:
 class Fairness:
     """The service's one entry point to queues: verdicts, scores, victims and the /debug views."""
 
-    def __init__(self, usage: QueueUsage, kai: KaiUsage | None = None, wall_clock: Callable[[], float] = time.time):
-        self.usage = usage
-        self.kai = kai
+    def __init__(
+        self,
+        config: QueueConfig,
+        cache: Any = None,  # app.cache.ClusterCache; None: no pods or nodes but those set here
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.cache = cache
+        self.usage = QueueUsage(config)
+        self.kai = KaiUsage(config)
         self.wall_clock = wall_clock
         self.decisions: deque[dict[str, Any]] = deque(maxlen=100)
         self._placements: OrderedDict[str, PodPlacement] = OrderedDict()
+        self._nodes_version: int | None = None
         self.signatures = self._signatures_of_cached_nodes()
-
-    def _signatures_of_cached_nodes(self) -> NodeSignatures:
-        signatures = NodeSignatures(self.config.flavor_label_keys)
-        if self.usage.cache is not None:
-            for name, node in self.usage.cache.nodes.items():
-                signatures.set_node(name, node.labels)
-        return signatures
-
-    def set_node(self, name: str, labels: Mapping[str, str] | None) -> None:
-        """A node was added, changed (labels: its flavor may change) or deleted (None)."""
-        self.signatures.set_node(name, labels)
+        self.usage.recount(self._contributions())
+        self.kai.recount(self._kai_shares())
 
     @staticmethod
     def attach(cache: Any, config: QueueConfig | None, wall_clock: Callable[[], float] = time.time) -> Fairness | None:
-        """Fairness fed by the cache: every change of what a pod counts, and every pod event."""
+        """Fairness fed by the cache: every change of what a pod counts, and every pod and node event."""
         if config is None:
             return None
-        usage = QueueUsage(config, cache=cache)
-        kai = KaiUsage(config, cache=cache)
-
-        usage.recount()
-        kai.recount()
-        fairness = Fairness(usage, kai, wall_clock)
-
-        def on_event(event: CacheEvent) -> None:
-            match event:
-                case PodCounted(uid=uid, counted=counted):
-                    usage.account(uid, *usage.contribution(counted))
-                    kai.refresh(uid)
-                case PodChanged(uid=uid):
-                    kai.refresh(uid)
-                case NodeChanged(name=name, labels=labels):
-                    fairness.set_node(name, labels)
-
-        cache.subscribe(on_event)
+        fairness = Fairness(config, cache, wall_clock)
+        cache.subscribe(fairness.on_event)
         return fairness
 
     @property
     def config(self) -> QueueConfig:
         return self.usage.config
 
+    def on_event(self, event: CacheEvent) -> None:
+        match event:
+            case PodCounted(uid=uid, counted=counted):
+                self.usage.account(uid, *self._contribution(uid, counted, self.usage.counted(uid)))
+                self.kai.set_pod(uid, *self._kai_share(uid))
+            case PodChanged(uid=uid):
+                self.kai.set_pod(uid, *self._kai_share(uid))
+            case NodeChanged(name=name, labels=labels):
+                self.set_node(name, labels)
+
+    def set_node(self, name: str, labels: Mapping[str, str] | None) -> None:
+        """A node was added, changed (labels: its flavor may change) or deleted (None)."""
+        self.signatures.set_node(name, labels)
+
     def reconfigure(self, config: QueueConfig) -> None:
         """A new queue configuration (config reload, watched Kueue objects): recount all usage."""
         self.usage.reconfigure(config)
-        if self.kai is not None:
-            self.kai.reconfigure(config)
+        self.usage.recount(self._contributions())  # read before the recount: each pod's recorded flavors
+        self.kai.reconfigure(config)
+        self.kai.recount(self._kai_shares())
         self.signatures = self._signatures_of_cached_nodes()  # the flavors' label keys may have changed
+
+    # ------------------------------------------------------------------ feeding the ledgers
+    def _signatures_of_cached_nodes(self) -> NodeSignatures:
+        signatures = NodeSignatures(self.config.flavor_label_keys)
+        for name, node in self._nodes().items():
+            signatures.set_node(name, node.labels)
+        return signatures
+
+    def _nodes(self) -> Mapping[str, NodeObject]:
+        return self.cache.nodes if self.cache is not None else {}
+
+    def _claims(self) -> Mapping[str, Any]:
+        return self.cache.dra.claims if self.cache is not None else {}
+
+    def _contribution(
+        self, uid: str, entry: Counted | None, recorded: tuple[str, Usage] | None
+    ) -> tuple[str | None, dict[FlavorResource, float] | None]:
+        """What a counted pod (node, pod, assumed) adds: its ClusterQueue and (flavor, resource)
+        amounts, under the flavors recorded when it was first counted."""
+        if entry is None:
+            return None, None
+        node_name, pod, _assumed = entry
+        config = self.config
+        cq = config.cluster_queue_for(pod.namespace, dict(pod.queue_labels))
+        node = self._nodes().get(node_name)
+        if cq is None or node is None:
+            return None, None
+        requests = kueue_amounts(queue_requests(pod, config, self._claims())[0])
+        return cq, counted_usage(config, cq, requests, node.labels, self.placement(uid), recorded)
+
+    def _contributions(self) -> list[tuple[str, tuple[str | None, dict[FlavorResource, float] | None]]]:
+        """Every counted pod's contribution, keeping the flavors each was recorded under."""
+        if self.cache is None:
+            return []
+        counted = self.usage.counted
+        return [(uid, self._contribution(uid, entry, counted(uid))) for uid, entry in self.cache.counted_items()]
+
+    def _kai_share(self, uid: str) -> tuple[Share | None, Share | None]:
+        """What pod ``uid`` adds to its KAI queue: allocated (counted on a node) or pending."""
+        if self.cache is None:
+            return None, None
+        counted = self.cache.counted(uid)
+        pod = counted[1] if counted is not None else self.cache.pods.get(uid)
+        if pod is None or (counted is None and (pod.node_name or pod.terminal)):
+            return None, None
+        queue = self.kai.queue_of(dict(pod.queue_labels))
+        if queue not in self.kai.queues:
+            return None, None
+        share = (queue, kai_amounts(queue_requests(pod, self.config, self._claims())[0]))
+        return (share, None) if counted is not None else (None, share)
+
+    def _kai_shares(self) -> Iterable[tuple[str, Share | None, Share | None]]:
+        if self.cache is None:
+            return []
+        uids = set(self.cache.pods) | {uid for uid, _ in self.cache.counted_items()}
+        return [(uid, *self._kai_share(uid)) for uid in uids]
+
+    def _kai(self) -> KaiUsage:
+        """The KAI ledger with the cluster's totals current (recomputed only after node changes)."""
+        version = getattr(self.cache, "nodes_version", 0)
+        if version != self._nodes_version:
+            self.kai.set_totals(node.allocatable for node in self._nodes().values() if not node.unschedulable)
+            self._nodes_version = version
+        return self.kai
 
     # ------------------------------------------------------------------ pods
     def remember_placement(self, uid: str, placement: PodPlacement) -> None:
@@ -172,75 +201,24 @@ class Fairness:
 
     def queued(self, pod: PodInfo) -> QueuedPod | None:
         """The pod's queue (Kueue label first, then KAI), or None: pods without one are not subject to quota."""
-        labels = dict(pod.queue_labels)
-        config = self.config
-        if KUEUE_QUEUE_LABEL in labels:
-            name = labels[KUEUE_QUEUE_LABEL]
-            cq = config.cluster_queue_for(pod.namespace, labels)
-            if cq is None:
-                return QueuedPod("kueue", name, {}, missing=config.why_not_admitting(pod.namespace, labels))
-            raw, why = self._requests(pod)
-            requests = {r: (a / 1000.0 if r == "cpu" else float(a)) for r, a in raw.items() if a}
-            covered = tuple(r for r in requests if config.tree.cluster_queues[cq].flavors_for(r))
-            return QueuedPod("kueue", cq, requests, covered, missing=why)
-        if KAI_QUEUE_LABEL in labels and self.kai is not None and config.kai_queues:
-            raw, why = self._requests(pod)
-            return QueuedPod("kai", labels[KAI_QUEUE_LABEL], {r: float(a) for r, a in raw.items()}, missing=why)
-        return None
-
-    def _requests(self, pod: PodInfo) -> tuple[dict[str, int], str]:
-        """Container requests plus the devices of mapped DeviceClasses its claims ask for."""
-        claims = self.usage.cache.dra.claims if self.usage.cache is not None else {}
-        return queue_requests(pod, self.config, claims)
-
-    def _snapshot_without(self, pod: PodInfo) -> TreeUsage:
-        """The usage snapshot; a retried pod must not compete with its own assumption."""
-        snap = self.usage.snapshot()
-        own = self.usage.counted(pod.uid)
-        return snap if own is None else snap.with_delta(own[0], own[1], -1.0)
+        return queued_pod(self.config, pod, self._claims())
 
     # ------------------------------------------------------------------ per node signature
-    def _judge(
-        self, queued: QueuedPod, placement: PodPlacement | None, labels: Mapping[str, str], snap: TreeUsage
-    ) -> NodeFairness:
-        config = self.config
-        spec = config.tree.cluster_queues[queued.queue]
-        flavors: dict[str, str] = {}
-        index, count = 0, 1
-        for resource in queued.covered:
-            candidates = spec.flavors_for(resource)
-            why = ""
-            for position, name in enumerate(candidates):
-                flavor = config.flavors.get(name)
-                if flavor is None or not node_matches_flavor(labels, flavor):
-                    continue
-                why = (flavor_fits_pod(flavor, placement) or "") if placement is not None else ""
-                if not why:
-                    flavors[resource] = name
-                    if position >= index:
-                        index, count = position, len(candidates)
-                    break
-            if resource not in flavors:
-                reason = why or f"node's flavor is not allowed for ClusterQueue {queued.queue} ({resource})"
-                return NodeFairness({}, {}, Verdict.UNRESOLVABLE, reason)
-        request = {(flavors[r], r): queued.requests[r] for r in queued.covered}
-        verdict: QuotaVerdict = check_quota(snap, queued.queue, request)
-        return NodeFairness(flavors, request, verdict.verdict, verdict.reason, verdict.borrowing, index, count)
-
     def _judged(
         self, pod: PodInfo, queued: QueuedPod, names: Sequence[str], snap: TreeUsage | None = None
-    ) -> tuple[npt.NDArray[np.int64], dict[int, NodeFairness]]:
+    ) -> tuple[npt.NDArray[np.int64], dict[int, FlavorVerdict]]:
         """Signature id per node and one verdict per distinct signature among them."""
         ids = self.signatures.lookup(names)
-        snap = snap if snap is not None else self._snapshot_without(pod)
+        snap = snap if snap is not None else self.usage.snapshot_without(pod.uid)
         placement = self.placement(pod.uid)
         labels = self.signatures.labels
-        verdicts = {sid: self._judge(queued, placement, labels[sid], snap) for sid in set(ids.tolist()) if sid >= 0}
+        config = self.config
+        verdicts = {sid: judge(config, queued, placement, labels[sid], snap) for sid in set(ids.tolist()) if sid >= 0}
         return ids, verdicts
 
     def _per_node(
         self, pod: PodInfo, queued: QueuedPod, names: Sequence[str]
-    ) -> Iterable[tuple[str, NodeFairness | None]]:
+    ) -> Iterable[tuple[str, FlavorVerdict | None]]:
         ids, verdicts = self._judged(pod, queued, names)
         for name, sid in zip(names, ids.tolist(), strict=True):
             yield name, verdicts.get(sid)
@@ -263,8 +241,7 @@ class Fairness:
         if queued.missing:
             return dict.fromkeys(names, (True, queued.missing))
         if queued.kind == "kai":
-            assert self.kai is not None
-            rejection = self.kai.check(pod.uid, queued.queue, {r: int(v) for r, v in queued.requests.items()})
+            rejection = self._kai().check(pod.uid, queued.queue, {r: int(v) for r, v in queued.requests.items()})
             return {} if rejection is None else dict.fromkeys(names, rejection)
         if not queued.covered:
             return {}  # nothing the queue limits: every flavor question is moot
@@ -298,8 +275,10 @@ class Fairness:
         detail: dict[str, Any] = {"node": node, "action": "admitted"}
         judged = dict(self._per_node(pod, queued, [node])).get(node) if queued.kind == "kueue" else None
         if judged is not None:
+            recorded = self.usage.counted(pod.uid)  # the flavors usage counts from now on
+            flavors = {r: f for f, r in recorded[1]} if recorded is not None else dict(judged.flavors)
             share = self.usage.share_of(queued.queue)
-            detail.update(flavors=dict(judged.flavors), borrowing=judged.borrowing, weightedShare=share.share)
+            detail.update(flavors=flavors, borrowing=judged.borrowing, weightedShare=share.share)
         self._record("bind", pod, queued, **detail)
 
     # ------------------------------------------------------------------ prioritize
@@ -308,7 +287,7 @@ class Fairness:
         queued = self.queued(pod)
         if queued is None or queued.kind != "kueue" or queued.missing or not queued.covered:
             return np.zeros(len(names), dtype=np.int64)
-        snap = self._snapshot_without(pod)
+        snap = self.usage.snapshot_without(pod.uid)
         ids, verdicts = self._judged(pod, queued, names, snap)
         by_id = np.zeros(len(self.signatures.labels) + 1, dtype=np.int64)  # slot 0: unknown nodes (id -1)
         weights = self.config.weight
@@ -330,83 +309,40 @@ class Fairness:
             return PreemptChoice("drop", reason=queued.missing)
         if queued.kind == "kai":
             return self._kai_victims(pod, queued, scheduler_victims)
-        cache = self.usage.cache
-        node = cache.nodes.get(node_name) if cache is not None else None
+        node = self._nodes().get(node_name)
         if node is None:
             return PreemptChoice("drop", reason="node unknown to the GPU extender")
-        snap = self._snapshot_without(pod)
-        judged = self._judge(queued, self.placement(pod.uid), node.labels, snap)
+        snap = self.usage.snapshot_without(pod.uid)
+        judged = judge(self.config, queued, self.placement(pod.uid), node.labels, snap)
         if judged.verdict is Verdict.FITS:
             return PreemptChoice("keep")
         if judged.verdict is Verdict.UNRESOLVABLE:
             return PreemptChoice("drop", reason=judged.reason)
         candidates = []
-        for uid, (where, other, assumed) in cache.counted_on(node_name):
+        for uid, (where, other, assumed) in self.cache.counted_on(node_name):
             counted = self.usage.counted(uid)
             if where != node_name or assumed or counted is None or uid == pod.uid:
                 continue  # only pods bound on this node; an assumption in flight is not a victim
             admitted = self.usage.admitted_at.get(uid, 0.0)
             candidates.append(Candidate(uid, counted[0], other.priority, admitted, counted[1]))
-        config = self.config
-        victims = fair_preemption(
-            snap,
-            queued.queue,
-            judged.request,
-            candidates,
-            priority=pod.priority,
-            weights=config.weight,
-            strategies=config.preemption_strategies,
-        )
-        if not victims:
-            return PreemptChoice("drop", reason=f"no fair-sharing victims on this node for ClusterQueue {queued.queue}")
-        order = sorted(range(len(victims)), key=lambda i: (-victims[i].candidate.priority, i))
-        chosen = [victims[i] for i in order]
-        detail = tuple(
-            {"uid": v.candidate.uid, "clusterQueue": v.candidate.cluster_queue, "reason": v.reason} for v in chosen
-        )
-        return PreemptChoice("replace", tuple(v.candidate.uid for v in chosen), detail=detail)
+        return kueue_victims(self.config, snap, queued.queue, judged.request, candidates, pod.priority)
 
     def _kai_victims(self, pod: PodInfo, queued: QueuedPod, scheduler_victims: Sequence[str]) -> PreemptChoice:
-        """Keep the scheduler's victims that KAI's reclaim rules allow (same queue, or a queue that
-        stays above its fair share and a reclaimer within its own); drop the node if none remain."""
-        assert self.kai is not None
-        kai, cache = self.kai, self.kai.cache
-        reclaimer = kai.queues.get(queued.queue)
-        if reclaimer is None:
-            return PreemptChoice("drop", reason=f"KAI queue {queued.queue} does not exist")
+        """KAI's reclaim rules over the scheduler's victims, each with its queue and what it counts."""
+        kai = self._kai()
+        victims: list[Victim] = []
+        for uid in scheduler_victims:
+            counted = self.cache.counted(uid) if self.cache is not None else None
+            if counted is None:
+                victims.append((uid, None, {}))
+                continue
+            victim = counted[1]
+            requests = queue_requests(victim, self.config, self._claims())[0]
+            victims.append((uid, kai.queue_of(dict(victim.queue_labels)), kai_amounts(requests)))
         amounts = kai_amounts({r: int(v) for r, v in queued.requests.items()})
         # The preemptor is pending: its request counts in the division even before the watch shows it.
-        unseen = not kai.is_pending(pod.uid) and cache is not None and cache.counted(pod.uid) is None
-        shares = kai.fair_shares((queued.queue, amounts) if unseen else None)
-        request = {r: v for r, v in amounts.items() if r in reclaimer.resources}
-        own = kai.allocated.get(queued.queue, {})
-        can_reclaim = all(
-            own.get(r, 0.0) + v <= shares.get(queued.queue, {}).get(r, 0.0) + 1e-9 for r, v in request.items()
-        )
-        remaining = {q: dict(a) for q, a in kai.allocated.items()}
-        kept, detail = [], []
-        for uid in scheduler_victims:
-            counted = cache.counted(uid) if cache is not None else None
-            victim_queue = kai.queue_of(dict(counted[1].queue_labels)) if counted is not None else None
-            if victim_queue is None or victim_queue not in kai.queues or victim_queue == queued.queue:
-                kept.append(uid)
-                detail.append({"uid": uid, "queue": victim_queue, "reason": "SameQueueOrUnqueued"})
-                continue
-            assert counted is not None
-            spec = kai.queues[victim_queue].resources
-            left = remaining.setdefault(victim_queue, {})
-            above = any(
-                left.get(r, 0.0) > _allocatable_share(spec.get(r), shares.get(victim_queue, {}).get(r, 0.0)) + 1e-9
-                for r in request
-            )
-            if can_reclaim and above:
-                kept.append(uid)
-                detail.append({"uid": uid, "queue": victim_queue, "reason": "MaintainFairShare"})
-                for r, v in kai.amounts(counted[1]).items():
-                    left[r] = left.get(r, 0.0) - v
-        if not kept and scheduler_victims:
-            return PreemptChoice("drop", reason=f"KAI reclaim rules allow none of the victims for queue {queued.queue}")
-        return PreemptChoice("replace", tuple(kept), detail=tuple(detail))
+        unseen = not kai.is_pending(pod.uid) and self.cache is not None and self.cache.counted(pod.uid) is None
+        return kai.reclaim_victims(queued.queue, amounts, victims, unseen=unseen)
 
     def record_preempt(self, pod: PodInfo, node: str, choice: PreemptChoice) -> None:
         queued = self.queued(pod)
@@ -452,8 +388,8 @@ class Fairness:
 
     def view(self) -> dict[str, Any]:
         out = queues_view(self.config, self.usage)
-        if self.kai is not None and self.config.kai_queues:
-            out["kai"] = self.kai.view()
+        if self.config.kai_queues:
+            out["kai"] = self._kai().view()
         out["decisions"] = list(self.decisions)
         return out
 
@@ -468,14 +404,6 @@ class Fairness:
                 **detail,
             }
         )
-
-
-def _allocatable_share(spec: QueueResource | None, fair_share: float) -> float:
-    """KAI's allocatable share: max(deserved, fair share), capped by the limit."""
-    if spec is None:
-        return fair_share
-    share = max(spec.deserved, fair_share)
-    return share if spec.limit < 0 else min(share, spec.limit)
 
 
 class FlavorFairness:

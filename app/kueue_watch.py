@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from app.cache import ClusterCache
-from app.queues import QueueConfig, parse_queue_config
 from app.reflector import Resource
-from fairshare.flavor import ConfigError
+from fairshare.config import QueueConfig, parse_queue_config
+from fairshare.errors import QueueConfigError
 
 __all__ = ["KUEUE_API", "KUEUE_KINDS", "KUEUE_NOT_SERVED", "KUEUE_SOURCES", "KueueKind", "KueueSource"]
 
@@ -82,8 +82,7 @@ def _strip(obj: Mapping[str, Any], namespaced: bool) -> Obj:
 
 
 class Reconfigurable(Protocol):
-    """What takes a rebuilt configuration: ``app.fairness.Fairness`` in the service (Kueue and KAI
-    usage), or a bare ``QueueUsage``."""
+    """What takes a rebuilt configuration: ``app.fairness.Fairness`` (it recounts Kueue and KAI usage)."""
 
     def reconfigure(self, config: QueueConfig) -> None: ...
 
@@ -179,7 +178,7 @@ class KueueSource:
         raw, order = self.section()
         try:
             config = parse_queue_config(raw, strict=False)
-        except ConfigError as exc:
+        except QueueConfigError as exc:
             return self._failed(_name_objects(str(exc), order))
         except Exception as exc:  # a parser bug on an odd object must not stop the watch loop
             log.exception("kueue: unexpected error validating the watched objects")

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import allocator
-from fairshare.flavor import ConfigError, NodeSelectorRequirement, PodPlacement, parse_toleration
+from fairshare.errors import QueueConfigError
+from fairshare.flavor import NodeSelectorRequirement, PodPlacement, parse_toleration
 from k8s_semantics.quantity import QuantityError
 from scoring.framework import PodClaimRef, PodInfo
 from scoring.resources import parse_resource_list, pod_resources
@@ -183,7 +184,7 @@ def pod_placement(obj: Mapping[str, Any]) -> PodPlacement:
         raise ObjectError("Pod.spec.tolerations: must be a list")
     try:
         tolerations = tuple(parse_toleration(t, f"Pod.spec.tolerations[{i}]") for i, t in enumerate(tolerations_raw))
-    except ConfigError as exc:
+    except QueueConfigError as exc:
         raise ObjectError(str(exc)) from None
     return PodPlacement(
         node_selector={str(k): str(v) for k, v in selector.items()},

@@ -22,8 +22,8 @@ from starlette.types import Receive, Scope, Send
 
 from app import wire
 from app.debug import debug_view
-from app.queues import queues_view
 from app.service import ExtenderService
+from fairshare.usage import queues_view
 
 __all__ = ["BodyTooLarge", "ExtenderVerbs", "create_app"]
 

@@ -26,7 +26,7 @@ from app.objects import ObjectError, pod_from_obj
 from app.pipeline import DraClaims, Queues, build_pipeline
 from app.pipeline.framework import BindCycle, FilterCycle, FilterError, Refusal
 from app.pipeline.nodes import REASON_NODE_NOT_IN_CACHE
-from app.queues import QueueUsage
+from fairshare.usage import QueueUsage
 from scoring.best_scored import BEST_SCORED
 from scoring.framework import Code, PodInfo
 from scoring.managed_fit import ManagedResourcesFit, insufficient_reason

@@ -17,14 +17,13 @@ import argparse
 import random
 import time
 from collections.abc import Callable
-from types import SimpleNamespace
 
 from app.fairness import Fairness
-from app.kai_usage import KaiUsage
 from app.objects import pod_from_obj
-from app.queues import KUEUE_QUEUE_LABEL, QueueUsage, parse_queue_config
+from fairshare.config import KUEUE_QUEUE_LABEL, parse_queue_config
 from fairshare.drs import dominant_resource_share
 from fairshare.flavor import ResourceFlavor, node_matches_flavor
+from fairshare.kai_usage import KaiUsage
 from fairshare.quota import ClusterQueue, Cohort, FlavorQuotas, ResourceGroup, ResourceQuota, build_tree
 
 GPU = "nvidia.com/gpu"
@@ -125,7 +124,7 @@ def main() -> None:
         ],
     }
     config = parse_queue_config(raw)
-    fairness = Fairness(QueueUsage(config))
+    fairness = Fairness(config)
     labels = {f"n{i}": {**n, "kubernetes.io/hostname": f"n{i}"} for i, n in enumerate(nodes)}
     pod = pod_from_obj(
         {
@@ -144,9 +143,8 @@ def main() -> None:
         fairness.scores(pod, node_names)
 
     # KAI: 50 queues asking for 12 GPUs each over 5,000 x 8 GPUs; one event invalidates the division.
-    cache = SimpleNamespace(nodes_version=0, nodes={}, pods={}, counted_items=list)
-    kai = KaiUsage(config, cache=cache)
-    kai._totals = (0, {"gpu": 40000.0})
+    kai = KaiUsage(config)
+    kai.set_totals([{GPU: 40000}])
     for i in range(50):
         kai.pending[f"q{i}"] = {"gpu": 12.0}
 

@@ -45,8 +45,8 @@ import msgspec
 import yaml
 
 from app.config import ExtenderConfiguration
-from app.queues import KUEUE_QUEUE_LABEL
 from bench.cluster import build_cluster, encode, filter_body_names, filter_body_nodes, pending_pods, write_cluster
+from fairshare.config import KUEUE_QUEUE_LABEL
 
 REPO = Path(__file__).resolve().parents[1]
 HEADERS = {"Content-Type": "application/json", "User-Agent": "Go-http-client/1.1", "Accept-Encoding": "gzip"}

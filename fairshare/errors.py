@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-__all__ = ["FairshareError"]
+__all__ = ["FairshareError", "QueueConfigError"]
 
 
 class FairshareError(ValueError):
     """Bad queue, flavor or quota input; the message names the field path."""
+
+
+class QueueConfigError(FairshareError):
+    """Bad ``queues:`` configuration (flavors, queues, cohorts, fair sharing); names the field path."""

@@ -13,14 +13,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from fairshare.errors import FairshareError
+from fairshare.errors import QueueConfigError
 from k8s_semantics.nodeselector import NodeSelectorRequirement, requirement_matches
 from k8s_semantics.quantity import QuantityError, parse_quantity
 from k8s_semantics.taints import Taint, Toleration, tolerates
 
 __all__ = [
     "DEFAULT_RESOURCE_WEIGHT",
-    "ConfigError",
     "NodeSelectorRequirement",
     "PodPlacement",
     "ResourceFlavor",
@@ -37,10 +36,6 @@ DEFAULT_RESOURCE_WEIGHT = 1.0
 MAX_FLAVOR_ITEMS = 8
 _CHECKED_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 _EFFECTS = frozenset({"NoSchedule", "PreferNoSchedule", "NoExecute"})
-
-
-class ConfigError(FairshareError):
-    """Bad queue/flavor configuration; the message names the field path."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,9 +92,9 @@ def _str_map(raw: Any, path: str) -> dict[str, str]:
     if raw is None:
         return {}
     if not isinstance(raw, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in raw.items()):
-        raise ConfigError(f"{path}: must be a map of strings")
+        raise QueueConfigError(f"{path}: must be a map of strings")
     if len(raw) > MAX_FLAVOR_ITEMS:
-        raise ConfigError(f"{path}: at most {MAX_FLAVOR_ITEMS} entries")
+        raise QueueConfigError(f"{path}: at most {MAX_FLAVOR_ITEMS} entries")
     return dict(raw)
 
 
@@ -107,9 +102,9 @@ def _list(raw: Any, path: str) -> list[Any]:
     if raw is None:
         return []
     if not isinstance(raw, list):
-        raise ConfigError(f"{path}: must be a list")
+        raise QueueConfigError(f"{path}: must be a list")
     if len(raw) > MAX_FLAVOR_ITEMS:
-        raise ConfigError(f"{path}: at most {MAX_FLAVOR_ITEMS} entries")
+        raise QueueConfigError(f"{path}: at most {MAX_FLAVOR_ITEMS} entries")
     return raw
 
 
@@ -117,23 +112,23 @@ def _weights(raw: Any, path: str, quantities: bool) -> dict[str, float]:
     if raw is None:
         return {}
     if not isinstance(raw, Mapping):
-        raise ConfigError(f"{path}: must be a map of resource name to weight")
+        raise QueueConfigError(f"{path}: must be a map of resource name to weight")
     out: dict[str, float] = {}
     for name, value in raw.items():
         fpath = f"{path}.{name}"
         if isinstance(value, bool):
-            raise ConfigError(f"{fpath}: must be a number")
+            raise QueueConfigError(f"{fpath}: must be a number")
         if quantities and isinstance(value, str):
             try:
                 weight = float(parse_quantity(value))
             except QuantityError as exc:
-                raise ConfigError(f"{fpath}: {exc}") from None
+                raise QueueConfigError(f"{fpath}: {exc}") from None
         elif isinstance(value, int | float):
             weight = float(value)
         else:
-            raise ConfigError(f"{fpath}: must be a {'quantity or number' if quantities else 'number'}")
+            raise QueueConfigError(f"{fpath}: must be a {'quantity or number' if quantities else 'number'}")
         if not weight > 0:
-            raise ConfigError(f"{fpath}: must be > 0")
+            raise QueueConfigError(f"{fpath}: must be > 0")
         out[str(name)] = weight
     return out
 
@@ -142,21 +137,21 @@ def crd_object(raw: Any, path: str) -> tuple[str, Mapping[str, Any], str]:
     """(name, spec, the spec's field path) of a CRD-shaped object: ``metadata.name`` + ``spec``, or flat
     (``name`` and the spec's fields at the top). Every queue parser reads its objects through this."""
     if not isinstance(raw, Mapping):
-        raise ConfigError(f"{path}: must be an object")
+        raise QueueConfigError(f"{path}: must be an object")
     meta = raw.get("metadata")
     name = (meta.get("name") if isinstance(meta, Mapping) else None) or raw.get("name")
     if not isinstance(name, str) or not name:
-        raise ConfigError(f"{path}.metadata.name: required")
+        raise QueueConfigError(f"{path}.metadata.name: required")
     spec = raw.get("spec", raw)
     spath = f"{path}.spec" if "spec" in raw else path
     if not isinstance(spec, Mapping):
-        raise ConfigError(f"{spath}: must be an object")
+        raise QueueConfigError(f"{spath}: must be an object")
     return name, spec, spath
 
 
 def parse_toleration(raw: Any, path: str) -> Toleration:
     if not isinstance(raw, Mapping):
-        raise ConfigError(f"{path}: must be an object")
+        raise QueueConfigError(f"{path}: must be an object")
     tol = Toleration(
         key=str(raw.get("key", "")),
         operator=str(raw.get("operator", "Equal") or "Equal"),
@@ -164,9 +159,9 @@ def parse_toleration(raw: Any, path: str) -> Toleration:
         effect=str(raw.get("effect", "")),
     )
     if tol.operator not in ("Equal", "Exists", "Lt", "Gt"):
-        raise ConfigError(f"{path}.operator: must be Equal, Exists, Lt or Gt")
+        raise QueueConfigError(f"{path}.operator: must be Equal, Exists, Lt or Gt")
     if not tol.key and tol.operator != "Exists":
-        raise ConfigError(f"{path}.operator: must be Exists when key is empty")
+        raise QueueConfigError(f"{path}.operator: must be Exists when key is empty")
     return tol
 
 
@@ -177,10 +172,10 @@ def parse_resource_flavor(raw: Any, path: str) -> ResourceFlavor:
     for i, t in enumerate(_list(spec.get("nodeTaints"), f"{spath}.nodeTaints")):
         tpath = f"{spath}.nodeTaints[{i}]"
         if not isinstance(t, Mapping) or not t.get("key"):
-            raise ConfigError(f"{tpath}.key: required")
+            raise QueueConfigError(f"{tpath}.key: required")
         effect = str(t.get("effect", ""))
         if effect not in _EFFECTS:
-            raise ConfigError(f"{tpath}.effect: must be NoSchedule, PreferNoSchedule or NoExecute")
+            raise QueueConfigError(f"{tpath}.effect: must be NoSchedule, PreferNoSchedule or NoExecute")
         taints.append(Taint(key=str(t["key"]), value=str(t.get("value", "")), effect=effect))
     tolerations = tuple(
         parse_toleration(t, f"{spath}.tolerations[{i}]")
@@ -190,13 +185,15 @@ def parse_resource_flavor(raw: Any, path: str) -> ResourceFlavor:
     fs = spec.get("fairSharing")
     if fs is not None:
         if not isinstance(fs, Mapping):
-            raise ConfigError(f"{spath}.fairSharing: must be an object")
+            raise QueueConfigError(f"{spath}.fairSharing: must be an object")
         fs_weights = _weights(fs.get("resourceWeights"), f"{spath}.fairSharing.resourceWeights", quantities=False)
         if weights and fs_weights:
-            raise ConfigError(f"{spath}.fairSharing.resourceWeights: set either this or spec.resourceWeights, not both")
+            raise QueueConfigError(
+                f"{spath}.fairSharing.resourceWeights: set either this or spec.resourceWeights, not both"
+            )
         weights = weights or fs_weights
     if len(weights) > MAX_FLAVOR_ITEMS:
-        raise ConfigError(f"{spath}.resourceWeights: at most {MAX_FLAVOR_ITEMS} entries")
+        raise QueueConfigError(f"{spath}.resourceWeights: at most {MAX_FLAVOR_ITEMS} entries")
     return ResourceFlavor(
         name=name,
         node_labels=_str_map(spec.get("nodeLabels"), f"{spath}.nodeLabels"),

@@ -16,7 +16,8 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from fairshare.flavor import ConfigError, crd_object
+from fairshare.errors import QueueConfigError
+from fairshare.flavor import crd_object
 
 __all__ = ["DEFAULT_PRIORITY", "UNLIMITED", "KaiQueue", "QueueResource", "divide", "fair_shares", "parse_kai_queue"]
 
@@ -214,25 +215,25 @@ def parse_kai_queue(raw: object, path: str, *, creation: float = 0.0) -> KaiQueu
     name, spec, spath = crd_object(raw, path)
     priority = spec.get("priority", DEFAULT_PRIORITY)
     if isinstance(priority, bool) or not isinstance(priority, int):
-        raise ConfigError(f"{spath}.priority: must be an integer")
+        raise QueueConfigError(f"{spath}.priority: must be an integer")
     parent = spec.get("parentQueue")
     if parent is not None and not isinstance(parent, str):
-        raise ConfigError(f"{spath}.parentQueue: must be a string")
+        raise QueueConfigError(f"{spath}.parentQueue: must be a string")
     resources_raw = spec.get("resources") or {}
     if not isinstance(resources_raw, Mapping):
-        raise ConfigError(f"{spath}.resources: must be a map of resource name to quota")
+        raise QueueConfigError(f"{spath}.resources: must be a map of resource name to quota")
     resources: dict[str, QueueResource] = {}
     for rname, r in resources_raw.items():
         rpath = f"{spath}.resources.{rname}"
         if not isinstance(r, Mapping):
-            raise ConfigError(f"{rpath}: must be an object")
+            raise QueueConfigError(f"{rpath}: must be an object")
         values: dict[str, float] = {}
         for key, default, minimum in (("quota", 0.0, -1.0), ("limit", UNLIMITED, -1.0), ("overQuotaWeight", 1.0, 0.0)):
             v = r.get(key, default)
             if isinstance(v, bool) or not isinstance(v, int | float):
-                raise ConfigError(f"{rpath}.{key}: must be a number")
+                raise QueueConfigError(f"{rpath}.{key}: must be a number")
             if v < minimum:
-                raise ConfigError(f"{rpath}.{key}: must be >= {minimum:g}")
+                raise QueueConfigError(f"{rpath}.{key}: must be >= {minimum:g}")
             values[key] = float(v)
         resources[str(rname)] = QueueResource(values["quota"], values["limit"], values["overQuotaWeight"])
     return KaiQueue(name, priority, parent or None, creation, resources)

@@ -12,7 +12,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from fairshare.flavor import ConfigError, crd_object
+from fairshare.errors import QueueConfigError
+from fairshare.flavor import crd_object
 from k8s_semantics.quantity import QuantityError, parse_quantity
 
 __all__ = [
@@ -227,7 +228,7 @@ def build_tree(cluster_queues: Iterable[ClusterQueue], cohorts: Iterable[Cohort]
         p = parent[start]
         while p is not None:
             if p in seen:
-                raise ConfigError(f"cohorts.{p[7:]}.parentName: cycle in the cohort tree")
+                raise QueueConfigError(f"cohorts.{p[7:]}.parentName: cycle in the cohort tree")
             seen.add(p)
             p = parent[p]
     order: list[str] = []
@@ -282,16 +283,16 @@ def _root(nodes: Mapping[str, _Node], key: str) -> str:
 
 def _number(raw: object, path: str, *, minimum: float = 0.0) -> float:
     if isinstance(raw, bool) or not isinstance(raw, int | float | str):
-        raise ConfigError(f"{path}: must be a number or quantity")
+        raise QueueConfigError(f"{path}: must be a number or quantity")
     if isinstance(raw, str):
         try:
             value = float(parse_quantity(raw))
         except QuantityError as exc:
-            raise ConfigError(f"{path}: {exc}") from None
+            raise QueueConfigError(f"{path}: {exc}") from None
     else:
         value = float(raw)
     if value < minimum:
-        raise ConfigError(f"{path}: must be >= {minimum:g}")
+        raise QueueConfigError(f"{path}: must be >= {minimum:g}")
     return value
 
 
@@ -300,12 +301,12 @@ def _weight(spec: Mapping[str, Any], path: str) -> float:
     if fs is None:
         return 1.0
     if not isinstance(fs, Mapping):
-        raise ConfigError(f"{path}.fairSharing: must be an object")
+        raise QueueConfigError(f"{path}.fairSharing: must be an object")
     if "weight" not in fs:
         return 1.0
     weight = _number(fs["weight"], f"{path}.fairSharing.weight")
     if 0 < weight <= 1e-9:
-        raise ConfigError(f"{path}.fairSharing.weight: must be 0 or > 1e-9")
+        raise QueueConfigError(f"{path}.fairSharing.weight: must be 0 or > 1e-9")
     return weight
 
 
@@ -313,41 +314,41 @@ def _resource_groups(raw: object, path: str, has_cohort: bool) -> tuple[Resource
     if raw is None:
         return ()
     if not isinstance(raw, list) or len(raw) > 16:
-        raise ConfigError(f"{path}: must be a list of at most 16 resource groups")
+        raise QueueConfigError(f"{path}: must be a list of at most 16 resource groups")
     groups: list[ResourceGroup] = []
     seen_resources: set[str] = set()
     for gi, g in enumerate(raw):
         gpath = f"{path}[{gi}]"
         if not isinstance(g, Mapping):
-            raise ConfigError(f"{gpath}: must be an object")
+            raise QueueConfigError(f"{gpath}: must be an object")
         covered = g.get("coveredResources")
         if not isinstance(covered, list) or not covered or not all(isinstance(r, str) for r in covered):
-            raise ConfigError(f"{gpath}.coveredResources: must list 1-64 resource names")
+            raise QueueConfigError(f"{gpath}.coveredResources: must list 1-64 resource names")
         if dup := seen_resources.intersection(covered):
-            raise ConfigError(f"{gpath}.coveredResources: {sorted(dup)[0]} is covered by another group")
+            raise QueueConfigError(f"{gpath}.coveredResources: {sorted(dup)[0]} is covered by another group")
         seen_resources.update(covered)
         flavors_raw = g.get("flavors")
         if not isinstance(flavors_raw, list) or not 1 <= len(flavors_raw) <= 64:
-            raise ConfigError(f"{gpath}.flavors: must list 1-64 flavors")
+            raise QueueConfigError(f"{gpath}.flavors: must list 1-64 flavors")
         flavors: list[FlavorQuotas] = []
         for fi, f in enumerate(flavors_raw):
             fpath = f"{gpath}.flavors[{fi}]"
             if not isinstance(f, Mapping) or not isinstance(f.get("name"), str):
-                raise ConfigError(f"{fpath}.name: required")
+                raise QueueConfigError(f"{fpath}.name: required")
             res_raw = f.get("resources")
             if not isinstance(res_raw, list):
-                raise ConfigError(f"{fpath}.resources: must be a list")
+                raise QueueConfigError(f"{fpath}.resources: must be a list")
             resources: dict[str, ResourceQuota] = {}
             for ri, r in enumerate(res_raw):
                 rpath = f"{fpath}.resources[{ri}]"
                 if not isinstance(r, Mapping) or r.get("name") not in covered:
-                    raise ConfigError(f"{rpath}.name: must be one of coveredResources")
+                    raise QueueConfigError(f"{rpath}.name: must be one of coveredResources")
                 limits: dict[str, float | None] = {}
                 for field_name in ("borrowingLimit", "lendingLimit"):
                     if r.get(field_name) is None:
                         limits[field_name] = None
                     elif not has_cohort:
-                        raise ConfigError(f"{rpath}.{field_name}: must be null without a cohort")
+                        raise QueueConfigError(f"{rpath}.{field_name}: must be null without a cohort")
                     else:
                         limits[field_name] = _number(r[field_name], f"{rpath}.{field_name}")
                 resources[str(r["name"])] = ResourceQuota(
@@ -356,7 +357,7 @@ def _resource_groups(raw: object, path: str, has_cohort: bool) -> tuple[Resource
                     limits["lendingLimit"],
                 )
             if set(resources) != set(covered):
-                raise ConfigError(f"{fpath}.resources: must list exactly the coveredResources")
+                raise QueueConfigError(f"{fpath}.resources: must list exactly the coveredResources")
             flavors.append(FlavorQuotas(str(f["name"]), resources))
         groups.append(ResourceGroup(tuple(covered), tuple(flavors)))
     return tuple(groups)
@@ -371,16 +372,16 @@ def parse_cluster_queue(raw: object, path: str) -> ClusterQueue:
     name, spec, spath = crd_object(raw, path)
     cohort = spec.get("cohortName", spec.get("cohort"))
     if cohort is not None and not isinstance(cohort, str):
-        raise ConfigError(f"{spath}.cohortName: must be a string")
+        raise QueueConfigError(f"{spath}.cohortName: must be a string")
     preemption = spec.get("preemption") or {}
     if not isinstance(preemption, Mapping):
-        raise ConfigError(f"{spath}.preemption: must be an object")
+        raise QueueConfigError(f"{spath}.preemption: must be an object")
     reclaim = preemption.get("reclaimWithinCohort", "Never")
     within = preemption.get("withinClusterQueue", "Never")
     if reclaim not in _RECLAIM:
-        raise ConfigError(f"{spath}.preemption.reclaimWithinCohort: must be one of {', '.join(_RECLAIM)}")
+        raise QueueConfigError(f"{spath}.preemption.reclaimWithinCohort: must be one of {', '.join(_RECLAIM)}")
     if within not in _WITHIN:
-        raise ConfigError(f"{spath}.preemption.withinClusterQueue: must be one of {', '.join(_WITHIN)}")
+        raise QueueConfigError(f"{spath}.preemption.withinClusterQueue: must be one of {', '.join(_WITHIN)}")
     return ClusterQueue(
         name,
         cohort or None,
@@ -396,7 +397,7 @@ def parse_cohort(raw: object, path: str) -> Cohort:
     name, spec, spath = crd_object(raw, path)
     parent = spec.get("parentName")
     if parent is not None and not isinstance(parent, str):
-        raise ConfigError(f"{spath}.parentName: must be a string")
+        raise QueueConfigError(f"{spath}.parentName: must be a string")
     return Cohort(
         name,
         parent or None,
@@ -412,8 +413,8 @@ def parse_local_queue(raw: object, path: str) -> LocalQueue:
     meta = raw.get("metadata")
     namespace = (meta.get("namespace") if isinstance(meta, Mapping) else None) or raw.get("namespace")
     if not isinstance(namespace, str) or not namespace:
-        raise ConfigError(f"{path}.metadata.namespace: required")
+        raise QueueConfigError(f"{path}.metadata.namespace: required")
     cq = spec.get("clusterQueue")
     if not isinstance(cq, str) or not cq:
-        raise ConfigError(f"{spath}.clusterQueue: required")
+        raise QueueConfigError(f"{spath}.clusterQueue: required")
     return LocalQueue(namespace, name, cq)

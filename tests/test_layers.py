@@ -16,7 +16,7 @@ LAYERS: dict[str, set[str]] = {
     "k8s_semantics": set(),
     "scoring": {"k8s_semantics"},
     "allocator": {"scoring", "k8s_semantics"},
-    "fairshare": {"scoring", "k8s_semantics"},
+    "fairshare": {"scoring", "allocator", "k8s_semantics"},
 }
 # Third-party libraries a domain package may use (speed or what it implements, not I/O).
 THIRD_PARTY: dict[str, set[str]] = {

@@ -1,4 +1,4 @@
-"""Queues in the verbs (app/fairness.py, app/kai_usage.py): flavor rules in filter, FlavorFairness in
+"""Queues in the verbs (app/fairness.py over fairshare/): flavor rules in filter, FlavorFairness in
 prioritize, fair-sharing victims in preempt, KAI fair share, and what /debug shows. Every expected
 number is worked by hand in a comment from the reference (fair-sharing.md) or the example config."""
 
@@ -13,7 +13,7 @@ import yaml
 
 from app.config import ConfigError, ExtenderConfiguration, parse_config
 from app.objects import node_from_obj, pod_from_obj
-from app.queues import KAI_QUEUE_LABEL
+from fairshare.config import KAI_QUEUE_LABEL
 from tests.conftest import (
     DRIVER,
     bind_body,
@@ -113,20 +113,60 @@ def test_malformed_tolerations_of_a_queued_pod_get_a_clear_error(client_for: Any
     assert "Pod.spec.tolerations[0].operator: must be Exists when key is empty" in result["Error"]
 
 
-def test_flavor_follows_a_node_relabel(client_for: Any) -> None:
-    """A node moved from a10 to h100 labels: its pods count against h100-reserved from then on."""
+def test_admitted_usage_keeps_its_flavor_when_the_node_is_relabelled(client_for: Any) -> None:
+    """Kueue records a workload's flavors at admission: a node moved from a10 to h100 labels leaves its
+    running pods counted against a10-spot (also after a configuration reload), while new pods see the
+    node as h100-reserved."""
     running = in_queue(pod_obj("b", gpus=2, node="n", namespace="team-b", uid="b", phase="Running"), "lq-b")
     service = make_service([labelled("n", {"gpu-type": "a10", "lifecycle": "spot"})], [running], config=story1())
     usage = service.queue_usage
     assert usage is not None and usage.usage["team-b"] == {("a10-spot", GPU): 2.0}
     service.cache.upsert_node(node_from_obj(labelled("n", {"gpu-type": "h100"})))
-    assert usage.usage["team-b"] == {("h100-reserved", GPU): 2.0}
-    # Filter and explain see the new flavor too (signatures are kept at cache-update time).
+    service.cache.upsert_pod(pod_from_obj(running))  # a later event of the same pod
+    assert usage.usage["team-b"] == {("a10-spot", GPU): 2.0}
+    service.fairness.reconfigure(service.fairness.config)
+    assert service.queue_usage.usage["team-b"] == {("a10-spot", GPU): 2.0}
+    # Filter and explain see the new flavor (signatures are kept at cache-update time).
     pod = in_queue(pod_obj("a", gpus=1, namespace="team-a", uid="a"), "training")
     (node,) = client_for(service).post("/debug/explain", content=filter_body(pod, ["n"])).json()["nodes"]
     assert node["fairness"]["flavors"] == {GPU: "h100-reserved"}
     service.cache.delete_node("n")
     assert service.fairness.filter(pod_from_obj(pod), ["n"]) == {}  # unknown to the cache: no queue verdict
+
+
+def test_usage_counts_the_flavor_admission_chose(client_for: Any) -> None:
+    """Two flavors cover the same nodes; the first is tainted and the pod does not tolerate it. Bind
+    admits the pod under the second, and usage counts it there (not under the first flavor whose
+    labels the node also carries)."""
+    flavors = [
+        {"metadata": {"name": name}, "spec": {"nodeLabels": {"pool": "p"}, **spec}}
+        for name, spec in (
+            ("reserved", {"nodeTaints": [{"key": "reserved", "value": "yes", "effect": "NoSchedule"}]}),
+            ("open", {}),
+        )
+    ]
+    queue = {
+        "metadata": {"name": "cq"},
+        "spec": {
+            "resourceGroups": [
+                {
+                    "coveredResources": [GPU],
+                    "flavors": [
+                        {"name": f, "resources": [{"name": GPU, "nominalQuota": 8}]} for f in ("reserved", "open")
+                    ],
+                }
+            ]
+        },
+    }
+    local = {"metadata": {"name": "lq", "namespace": "ns"}, "spec": {"clusterQueue": "cq"}}
+    config = {"queues": {"resourceFlavors": flavors, "clusterQueues": [queue], "localQueues": [local]}}
+    service = make_service([labelled("n", {"pool": "p"})], [], config=config)
+    client = client_for(service)
+    pod = in_queue(pod_obj("x", gpus=2, namespace="ns", uid="x"), "lq")
+    assert client.post("/filter", content=filter_body(pod, ["n"])).json()["NodeNames"] == ["n"]
+    assert client.post("/bind", content=bind_body(pod, "n")).json()["Error"] == ""
+    assert service.queue_usage is not None and service.queue_usage.usage["cq"] == {("open", GPU): 2.0}
+    assert service.fairness.decisions[-1]["flavors"] == {GPU: "open"}
 
 
 # ---------------------------------------------------------------------------- prioritize: FlavorFairness

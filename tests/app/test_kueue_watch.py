@@ -19,10 +19,11 @@ import pytest
 import yaml
 
 from app.config import parse_config
+from app.fairness import Fairness
 from app.kueue_watch import KUEUE_NOT_SERVED, KUEUE_SOURCES, KueueSource
-from app.queues import KUEUE_QUEUE_LABEL, QueueUsage, parse_queue_config
 from app.runtime import Runtime, build_cluster_runtime, build_snapshot_runtime
 from app.server import create_app
+from fairshare.config import KUEUE_QUEUE_LABEL, parse_queue_config
 from fairshare.quota import LocalQueue
 from tests.app.apiharness import eventually
 from tests.conftest import node_obj, pod_obj
@@ -178,8 +179,7 @@ FILE_QUEUES: dict[str, Any] = {
 
 
 def source(objects: dict[str, list[dict[str, Any]]] | None = None) -> KueueSource:
-    usage = QueueUsage(parse_queue_config(FILE_QUEUES))
-    src = KueueSource(FILE_QUEUES, usage)
+    src = KueueSource(FILE_QUEUES, Fairness(parse_queue_config(FILE_QUEUES)))
     for section, items in (objects or {}).items():
         src.replace(section, items)
     return src

@@ -1,4 +1,4 @@
-"""The queues: section and incremental usage accounting (app/queues.py)."""
+"""The queues: section in the service: configuration, /debug/queues, and usage fed by the cache."""
 
 from __future__ import annotations
 
@@ -8,60 +8,11 @@ from typing import Any
 import pytest
 import yaml
 
-from app.queues import KUEUE_QUEUE_LABEL, QueueUsage, parse_queue_config
-from fairshare.flavor import ConfigError
+from fairshare.config import KUEUE_QUEUE_LABEL
 
 GPU = "nvidia.com/gpu"
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "fairshare.yaml"
 A10, H100 = ("a10-spot", GPU), ("h100-reserved", GPU)
-
-
-def config():  # type: ignore[no-untyped-def]
-    return parse_queue_config(yaml.safe_load(EXAMPLE.read_text()))
-
-
-def test_queue_and_flavor_resolution() -> None:
-    cfg = config()
-    assert cfg.cluster_queue_for("team-a", {KUEUE_QUEUE_LABEL: "training"}) == "team-a"
-    assert cfg.cluster_queue_for("team-b", {KUEUE_QUEUE_LABEL: "training"}) is None  # LocalQueues are namespaced
-    assert cfg.cluster_queue_for("team-a", {}) is None
-    assert cfg.flavor_for("team-a", GPU, {"gpu-type": "a10", "lifecycle": "spot"}) == "a10-spot"
-    assert cfg.flavor_for("team-a", GPU, {"gpu-type": "h100"}) == "h100-reserved"
-    assert cfg.flavor_for("team-a", GPU, {"gpu-type": "t4"}) is None
-
-
-def test_incremental_usage_matches_recompute() -> None:
-    usage = QueueUsage(config())
-    usage.account("p1", "team-a", {A10: 4.0})
-    usage.account("p2", "team-a", {A10: 2.0})
-    usage.account("p3", "team-b", {H100: 1.0})
-    usage.account("p2", "team-a", {A10: 2.0})  # the same event twice counts once
-    assert usage.usage["team-a"] == {A10: 6.0}
-    # Same numbers as tests/fairshare/test_example.py: 6 borrowed a10 -> 6/76 weighted, 6/20 unweighted.
-    assert usage.share_of("team-a").share == pytest.approx(6000 / 76)
-    assert usage.shares(weighted=False)["cq/team-a"].share == pytest.approx(300)
-    usage.account("p1", None, None)  # pod deleted or terminal
-    usage.account("p2", "team-a", None)
-    assert usage.usage["team-a"] == {}
-    assert usage.share_of("team-a").share == 0
-
-
-@pytest.mark.parametrize(
-    ("patch", "message"),
-    [
-        ({"fairSharing": {"preemptionStrategies": ["Nope"]}}, "queues.fairSharing.preemptionStrategies"),
-        ({"fairSharing": {"priorityBasedFairShare": "yes"}}, "queues.fairSharing.priorityBasedFairShare"),
-        (
-            {"localQueues": [{"metadata": {"name": "x", "namespace": "n"}, "spec": {"clusterQueue": "ghost"}}]},
-            r"queues.localQueues\[0\].spec.clusterQueue: unknown ClusterQueue ghost",
-        ),
-        ({"resourceFlavors": []}, r"queues.clusterQueues\[0\].spec.resourceGroups\[0\].flavors\[0\].name: unknown"),
-    ],
-)
-def test_errors_name_the_field(patch: dict[str, object], message: str) -> None:
-    raw = yaml.safe_load(EXAMPLE.read_text()) | patch
-    with pytest.raises(ConfigError, match=message):
-        parse_queue_config(raw)
 
 
 def test_extender_configuration_validates_queues_section() -> None:
@@ -92,17 +43,6 @@ def test_debug_queues_endpoint(client_for: Any) -> None:
     h100 = next(r for r in view["nodes"]["cohort/gpu-org"]["resources"] if r["flavor"] == "h100-reserved")
     assert (h100["subtreeQuota"], h100["weight"]) == (8, 8)
     assert client_for(make_service()).get("/debug/queues").json() == {"enabled": False}
-
-
-def test_queues_view_with_usage() -> None:
-    from app.queues import queues_view
-
-    usage = QueueUsage(config())
-    usage.account("p1", "team-a", {A10: 6.0})
-    view = queues_view(usage.config, usage)["nodes"]["cq/team-a"]
-    # 6 borrowed a10: weighted 6/76 per-mille, unweighted 6/20 (as in tests/fairshare/test_example.py).
-    assert view["weightedShare"] == pytest.approx(6000 / 76) and view["unweightedShare"] == pytest.approx(300)
-    assert view["dominantResource"] == GPU and view["borrowing"] is True
 
 
 def test_cache_feeds_queue_usage_incrementally(client_for: Any) -> None:

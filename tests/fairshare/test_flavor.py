@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from fairshare.errors import QueueConfigError
 from fairshare.flavor import (
-    ConfigError,
     NodeSelectorRequirement,
     PodPlacement,
     Taint,
@@ -38,7 +38,7 @@ def test_weights_both_shapes_and_default() -> None:
     ],
 )
 def test_validation_names_field(raw: dict[str, object], message: str) -> None:
-    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
+    with pytest.raises(QueueConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
         parse_resource_flavor(raw, "flavors[1]")
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from fairshare.flavor import ConfigError
+from fairshare.errors import QueueConfigError
 from fairshare.kai import KaiQueue, QueueResource, fair_shares, parse_kai_queue
 
 
@@ -122,7 +122,7 @@ def test_parse_kai_queue_defaults_and_errors() -> None:
     )
     assert (q.priority, q.parent) == (100, "org")
     assert q.resources["gpu"] == QueueResource(deserved=4, limit=-1, over_quota_weight=1)
-    with pytest.raises(ConfigError, match=r"q\[3\]\.spec\.resources\.gpu\.overQuotaWeight: must be >= 0"):
+    with pytest.raises(QueueConfigError, match=r"q\[3\]\.spec\.resources\.gpu\.overQuotaWeight: must be >= 0"):
         parse_kai_queue({"metadata": {"name": "x"}, "spec": {"resources": {"gpu": {"overQuotaWeight": -2}}}}, "q[3]")
-    with pytest.raises(ConfigError, match=r"q\[3\]\.spec\.priority: must be an integer"):
+    with pytest.raises(QueueConfigError, match=r"q\[3\]\.spec\.priority: must be an integer"):
         parse_kai_queue({"metadata": {"name": "x"}, "spec": {"priority": "high"}}, "q[3]")

@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from fairshare.drs import dominant_resource_share
-from fairshare.flavor import ConfigError, parse_resource_flavor
+from fairshare.errors import QueueConfigError
+from fairshare.flavor import parse_resource_flavor
 from fairshare.quota import build_tree, parse_cluster_queue, parse_cohort, parse_local_queue
 
 GPU = "nvidia.com/gpu"
@@ -99,7 +100,7 @@ def test_story1_team_a_borrowing_spot_not_penalised_for_reclaiming_h100() -> Non
     ],
 )
 def test_cluster_queue_errors_name_the_field(raw: dict[str, Any], message: str) -> None:
-    with pytest.raises(ConfigError) as err:
+    with pytest.raises(QueueConfigError) as err:
         parse_cluster_queue(raw, "cq[2]")
     assert str(err.value).startswith(message)
 
@@ -111,9 +112,9 @@ def test_cohort_and_local_queue() -> None:
     assert (c.parent, c.weight) == ("root", 2.0)
     lq = parse_local_queue({"metadata": {"name": "lq", "namespace": "ns"}, "spec": {"clusterQueue": "team-a"}}, "lq[0]")
     assert (lq.namespace, lq.name, lq.cluster_queue) == ("ns", "lq", "team-a")
-    with pytest.raises(ConfigError, match=r"lq\[1\]\.spec\.clusterQueue: required"):
+    with pytest.raises(QueueConfigError, match=r"lq\[1\]\.spec\.clusterQueue: required"):
         parse_local_queue({"metadata": {"name": "lq", "namespace": "ns"}, "spec": {}}, "lq[1]")
-    with pytest.raises(ConfigError, match="parentName: cycle"):
+    with pytest.raises(QueueConfigError, match="parentName: cycle"):
         build_tree(
             [],
             [parse_cohort({"name": "a", "parentName": "b"}, "c"), parse_cohort({"name": "b", "parentName": "a"}, "c")],

@@ -1,45 +1,33 @@
-"""KAI queues at run time: allocated and pending requests per queue, fair shares, and the filter check.
+"""KAI queues at run time: allocated and pending requests per queue, fair shares, the filter check
+and the reclaim rules for preemption.
 
 KAI divides each resource independently over a queue tree (``fairshare.kai``). The division needs
-every queue's request = allocated + pending, and the cluster's total. The cache calls ``refresh``
-for a pod whenever the pod or what it counts changes, so allocated and pending sums stay current
-and the shares are recomputed only when one of them (or the node set) changed.
+every queue's request = allocated + pending, and the cluster's total. The adapter sets what each pod
+contributes (``set_pod``) whenever the pod or what it counts changes, and the totals when the nodes
+change, so allocated and pending sums stay current and the shares are recomputed only after a change.
 
-Units are KAI's: cpu in millicores, memory in MB (10^6 bytes), ``gpu`` for any ``*/gpu`` extended
-resource (nvidia.com/gpu, amd.com/gpu); other resources keep their name and base unit.
+Units are KAI's (``fairshare.requests.kai_amounts``): cpu in millicores, memory in MB, ``gpu`` for
+any ``*/gpu`` extended resource; other resources keep their name and base unit.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from app.queues import KAI_QUEUE_LABEL, QueueConfig, queue_requests
+from fairshare.config import KAI_QUEUE_LABEL, QueueConfig
 from fairshare.kai import UNLIMITED, KaiQueue, QueueResource, fair_shares
+from fairshare.requests import kai_amounts
+from fairshare.victims import PreemptChoice
 
-__all__ = ["KaiUsage", "kai_amounts"]
+__all__ = ["Amounts", "KaiUsage", "Share", "Victim"]
 
 _EPSILON = 1e-9
 Amounts = dict[str, float]
-
-
-def kai_amounts(requests: Mapping[str, int]) -> Amounts:
-    """Requests (milli-CPU, bytes, units) in KAI's units and names."""
-    out: Amounts = {}
-    for name, amount in requests.items():
-        if not amount:
-            continue
-        if name == "cpu":
-            key, value = "cpu", float(amount)
-        elif name == "memory":
-            key, value = "memory", amount / 1e6
-        elif name.endswith("/gpu"):
-            key, value = "gpu", float(amount)
-        else:
-            key, value = name, float(amount)
-        out[key] = out.get(key, 0.0) + value
-    return out
+Share = tuple[str, Amounts]  # a leaf queue and what one pod counts in it
+# A victim kube-scheduler chose: its UID, KAI queue (None: not in one) and what it counts there.
+Victim = tuple[str, str | None, Mapping[str, float]]
 
 
 def _add(sums: dict[str, Amounts], queue: str, amounts: Mapping[str, float], sign: float) -> None:
@@ -55,14 +43,13 @@ def _add(sums: dict[str, Amounts], queue: str, amounts: Mapping[str, float], sig
 @dataclass(slots=True)
 class KaiUsage:
     config: QueueConfig
-    cache: Any = None  # app.cache.ClusterCache
     allocated: dict[str, Amounts] = field(default_factory=dict)  # leaf queue -> bound + assumed pods
     pending: dict[str, Amounts] = field(default_factory=dict)  # leaf queue -> unbound pods not assumed
-    _allocated_of: dict[str, tuple[str, Amounts]] = field(default_factory=dict)
-    _pending_of: dict[str, tuple[str, Amounts]] = field(default_factory=dict)
-    _version: int = 0
-    _shares: tuple[tuple[int, int], dict[str, Amounts]] | None = None
-    _totals: tuple[int, Amounts] | None = None
+    totals: Amounts = field(default_factory=dict)  # allocatable of schedulable nodes, KAI units
+    _allocated_of: dict[str, Share] = field(default_factory=dict)
+    _pending_of: dict[str, Share] = field(default_factory=dict)
+    _version: int = 0  # bumped on every change the division reads
+    _shares: tuple[int, dict[str, Amounts]] | None = None
     queues: dict[str, KaiQueue] = field(init=False)
     leaves: frozenset[str] = field(init=False)
     _chains: dict[str, list[str]] = field(init=False)
@@ -94,36 +81,17 @@ class KaiUsage:
         return self._chains.get(queue, [queue])
 
     # ------------------------------------------------------------------ accounting
-    def refresh(self, uid: str) -> None:
-        """Re-derive what pod ``uid`` contributes (allocated or pending) from the cache."""
-        if self.cache is None:
-            return
-        pod = self.cache.pods.get(uid)
-        counted = self.cache.counted(uid)
-        allocated: tuple[str, Amounts] | None = None
-        pending: tuple[str, Amounts] | None = None
-        if counted is not None:
-            queue = self.queue_of(dict(counted[1].queue_labels))
-            if queue in self.queues:
-                allocated = (queue, self.amounts(counted[1]))
-        elif pod is not None and not pod.node_name and not pod.terminal:
-            queue = self.queue_of(dict(pod.queue_labels))
-            if queue in self.queues:
-                pending = (queue, self.amounts(pod))
+    def set_pod(self, uid: str, allocated: Share | None, pending: Share | None) -> None:
+        """What pod ``uid`` contributes now: allocated (bound or assumed) or pending, or neither."""
         self._set(self._allocated_of, self.allocated, uid, allocated)
         self._set(self._pending_of, self.pending, uid, pending)
 
-    def amounts(self, pod: Any) -> Amounts:
-        """A pod's requests in KAI units, devices of mapped DeviceClasses included."""
-        requests, _why = queue_requests(pod, self.config, self.cache.dra.claims)
-        return kai_amounts(requests)
-
     def _set(
         self,
-        of: dict[str, tuple[str, Amounts]],
+        of: dict[str, Share],
         sums: dict[str, Amounts],
         uid: str,
-        new: tuple[str, Amounts] | None,
+        new: Share | None,
     ) -> None:
         old = of.get(uid)
         if old == new:
@@ -136,43 +104,39 @@ class KaiUsage:
             of[uid] = new
         self._version += 1
 
-    def recount(self) -> None:
+    def recount(self, pods: Iterable[tuple[str, Share | None, Share | None]]) -> None:
+        """Rebuild all sums from every pod's contribution (start-up, new configuration)."""
         self.allocated.clear()
         self.pending.clear()
         self._allocated_of.clear()
         self._pending_of.clear()
         self._version += 1
-        if self.cache is not None:
-            for uid in set(self.cache.pods) | {uid for uid, _ in self.cache.counted_items()}:
-                self.refresh(uid)
+        for uid, allocated, pending in pods:
+            self.set_pod(uid, allocated, pending)
 
     def reconfigure(self, config: QueueConfig) -> None:
+        """Swap in a new queue configuration; ``recount`` next."""
         self.config = config
         self._shares = None
         self._index()
-        self.recount()
+
+    def set_totals(self, allocatable: Iterable[Mapping[str, int]]) -> None:
+        """The cluster's total: the allocatable of every schedulable node (base units)."""
+        totals: Amounts = {}
+        for node in allocatable:
+            for resource, value in kai_amounts(node).items():
+                totals[resource] = totals.get(resource, 0.0) + value
+        if totals != self.totals:
+            self.totals = totals
+            self._version += 1
 
     def is_pending(self, uid: str) -> bool:
         return uid in self._pending_of
 
     # ------------------------------------------------------------------ division
-    def totals(self) -> Amounts:
-        """Allocatable of schedulable nodes, in KAI units (recomputed only when nodes changed)."""
-        version = getattr(self.cache, "nodes_version", 0)
-        if self._totals is None or self._totals[0] != version:
-            totals: Amounts = {}
-            for node in getattr(self.cache, "nodes", {}).values():
-                if node.unschedulable:
-                    continue
-                for resource, value in kai_amounts(node.allocatable).items():
-                    totals[resource] = totals.get(resource, 0.0) + value
-            self._totals = (version, totals)
-        return self._totals[1]
-
     def fair_shares(self, extra: tuple[str, Amounts] | None = None) -> dict[str, Amounts]:
         """Fair share per queue and resource; ``extra`` adds a request not yet seen by the watch."""
-        key = (self._version, getattr(self.cache, "nodes_version", 0))
-        if extra is None and self._shares is not None and self._shares[0] == key:
+        if extra is None and self._shares is not None and self._shares[0] == self._version:
             return self._shares[1]
         requests: dict[str, Amounts] = {}
         for sums in (self.allocated, self.pending):
@@ -181,7 +145,7 @@ class KaiUsage:
         if extra is not None:
             _add(requests, extra[0], extra[1], 1.0)
         resources = {r for q in self.config.kai_queues for r in q.resources}
-        totals = {r: v for r, v in self.totals().items() if r in resources}
+        totals = {r: v for r, v in self.totals.items() if r in resources}
         queues = [
             replace(
                 q,
@@ -196,7 +160,7 @@ class KaiUsage:
             queues, totals, priority_based=self.config.priority_based_fair_share, k_value=self.config.k_value
         )
         if extra is None:
-            self._shares = (key, shares)
+            self._shares = (self._version, shares)
         return shares
 
     def _allocated_subtree(self, queue: str) -> Amounts:
@@ -245,7 +209,7 @@ class KaiUsage:
                     )
         extra = None if self.is_pending(uid) or own is not None else (queue, amounts)
         shares = self.fair_shares(extra)
-        totals = self.totals()
+        totals = self.totals
         for resource, value in sorted(amounts.items()):
             if resource not in queues[queue].resources:
                 continue
@@ -267,6 +231,46 @@ class KaiUsage:
                 )
         return None
 
+    # ------------------------------------------------------------------ preempt
+    def reclaim_victims(
+        self, queue: str, amounts: Amounts, scheduler_victims: Sequence[Victim], *, unseen: bool
+    ) -> PreemptChoice:
+        """Keep the scheduler's victims that KAI's reclaim rules allow (same queue, or a queue that
+        stays above its fair share and a reclaimer within its own); drop the node if none remain.
+        ``amounts``: the reclaimer's request in KAI units; ``unseen``: not yet pending in this
+        ledger (its request then counts in the division anyway)."""
+        reclaimer = self.queues.get(queue)
+        if reclaimer is None:
+            return PreemptChoice("drop", reason=f"KAI queue {queue} does not exist")
+        shares = self.fair_shares((queue, amounts) if unseen else None)
+        request = {r: v for r, v in amounts.items() if r in reclaimer.resources}
+        own = self.allocated.get(queue, {})
+        can_reclaim = all(
+            own.get(r, 0.0) + v <= shares.get(queue, {}).get(r, 0.0) + _EPSILON for r, v in request.items()
+        )
+        remaining = {q: dict(a) for q, a in self.allocated.items()}
+        kept: list[str] = []
+        detail: list[dict[str, Any]] = []
+        for uid, victim_queue, victim_amounts in scheduler_victims:
+            if victim_queue is None or victim_queue not in self.queues or victim_queue == queue:
+                kept.append(uid)
+                detail.append({"uid": uid, "queue": victim_queue, "reason": "SameQueueOrUnqueued"})
+                continue
+            spec = self.queues[victim_queue].resources
+            left = remaining.setdefault(victim_queue, {})
+            above = any(
+                left.get(r, 0.0) > _allocatable_share(spec.get(r), shares.get(victim_queue, {}).get(r, 0.0)) + _EPSILON
+                for r in request
+            )
+            if can_reclaim and above:
+                kept.append(uid)
+                detail.append({"uid": uid, "queue": victim_queue, "reason": "MaintainFairShare"})
+                for r, v in victim_amounts.items():
+                    left[r] = left.get(r, 0.0) - v
+        if not kept and scheduler_victims:
+            return PreemptChoice("drop", reason=f"KAI reclaim rules allow none of the victims for queue {queue}")
+        return PreemptChoice("replace", tuple(kept), detail=tuple(detail))
+
     # ------------------------------------------------------------------ debug
     def view(self) -> dict[str, Any]:
         shares = self.fair_shares()
@@ -287,4 +291,12 @@ class KaiUsage:
                     "fairShare": shares.get(q.name, {}).get(resource, 0.0),
                 }
             out[q.name] = {"parent": q.parent, "priority": q.priority, "resources": resources}
-        return {"totals": self.totals(), "queues": out}
+        return {"totals": dict(self.totals), "queues": out}
+
+
+def _allocatable_share(spec: QueueResource | None, fair_share: float) -> float:
+    """KAI's allocatable share: max(deserved, fair share), capped by the limit."""
+    if spec is None:
+        return fair_share
+    share = max(spec.deserved, fair_share)
+    return share if spec.limit < 0 else min(share, spec.limit)
