@@ -1,5 +1,6 @@
-# Stages: builder (project wheel), loadgen (locust, for docker-compose.yml) and
-# runtime (the extender; last, so it is the default target of `docker build .`).
+# Stages: builder (project wheel), base (non-root user and examples, shared by the
+# next two), loadgen (locust, for docker-compose.yml) and runtime (the extender;
+# last, so it is the default target of `docker build .`).
 
 # ---- builder ---------------------------------------------------------------
 FROM python:3.11-slim AS builder
@@ -18,33 +19,11 @@ COPY simulator/ simulator/
 # Just our wheel; dependencies are installed from the index in the next stages.
 RUN pip wheel --no-deps --wheel-dir /dist .
 
-# ---- loadgen: locust + bench/ (docker-compose service "locust") ------------
-FROM python:3.11-slim AS loadgen
+# ---- base: what loadgen and runtime share ---------------------------------
+FROM python:3.11-slim AS base
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
-COPY --from=builder /dist/ /tmp/dist/
-# Install the local wheel with its "bench" extra (locust).
-RUN set -- /tmp/dist/*.whl \
-    && pip install --no-cache-dir "$1[bench]" \
-    && rm -rf /tmp/dist
-RUN groupadd --gid 65532 nonroot \
-    && useradd --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent \
-       --shell /usr/sbin/nologin nonroot
-WORKDIR /srv
-COPY bench/ bench/
-COPY examples/ examples/
-USER 65532:65532
-ENTRYPOINT ["locust"]
-
-# ---- runtime: the extender (default target) ---------------------------------
-FROM python:3.11-slim AS runtime
-ENV PYTHONDONTWRITEBYTECODE=1 \
-    PYTHONUNBUFFERED=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1
-COPY --from=builder /dist/ /tmp/dist/
-RUN pip install --no-cache-dir /tmp/dist/*.whl \
-    && rm -rf /tmp/dist
 # Numeric uid/gid 65532 so Kubernetes runAsNonRoot can verify it without
 # reading /etc/passwd; matches runAsUser in deploy/deployment.yaml.
 RUN groupadd --gid 65532 nonroot \
@@ -53,6 +32,23 @@ RUN groupadd --gid 65532 nonroot \
 WORKDIR /srv
 # Bundled example cluster snapshot and config, so the image runs the demo as is.
 COPY examples/ examples/
+
+# ---- loadgen: locust + bench/ (docker-compose service "locust") ------------
+FROM base AS loadgen
+COPY --from=builder /dist/ /tmp/dist/
+# Install the local wheel with its "bench" extra (locust).
+RUN set -- /tmp/dist/*.whl \
+    && pip install --no-cache-dir "$1[bench]" \
+    && rm -rf /tmp/dist
+COPY bench/ bench/
+USER 65532:65532
+ENTRYPOINT ["locust"]
+
+# ---- runtime: the extender (default target) ---------------------------------
+FROM base AS runtime
+COPY --from=builder /dist/ /tmp/dist/
+RUN pip install --no-cache-dir /tmp/dist/*.whl \
+    && rm -rf /tmp/dist
 USER 65532:65532
 EXPOSE 8888
 # Used by plain docker and compose; the kubelet ignores it (the Deployment has

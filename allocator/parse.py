@@ -15,7 +15,7 @@ string).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from fractions import Fraction
 from typing import Any
 
@@ -80,6 +80,12 @@ class _Obj:
         if not isinstance(value, list):
             raise self.fail(path, f"must be a list, not {type(value).__name__}")
         return value
+
+    def objects(self, value: Any, path: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
+        """A list of objects (``spec.devices.config``...): each one's path (``[i]`` appended) and the object."""
+        for i, item in enumerate(self.seq(value, path)):
+            item_path = f"{path}[{i}]"
+            yield item_path, self.obj(item, item_path)
 
     def text(self, obj: Mapping[str, Any], key: str, path: str, *, required: bool = False) -> str:
         value = obj.get(key)
@@ -163,14 +169,13 @@ def _priority(o: _Obj, spec_value: Any, spec_path: str, annotations: Mapping[str
 
 def _selectors(o: _Obj, value: Any, path: str) -> tuple[DeviceSelector, ...]:
     out = []
-    for i, item in enumerate(o.seq(value, path)):
-        sel = o.obj(item, f"{path}[{i}]")
+    for p, sel in o.objects(value, path):
         cel = sel.get("cel")
         if cel is None:
             out.append(DeviceSelector(None))
             continue
-        cel = o.obj(cel, f"{path}[{i}].cel")
-        out.append(DeviceSelector(o.text(cel, "expression", f"{path}[{i}].cel", required=True)))
+        cel = o.obj(cel, f"{p}.cel")
+        out.append(DeviceSelector(o.text(cel, "expression", f"{p}.cel", required=True)))
     return tuple(out)
 
 
@@ -183,9 +188,7 @@ def _opaque(o: _Obj, value: Any, path: str) -> OpaqueDeviceConfiguration | None:
 
 def _tolerations(o: _Obj, value: Any, path: str) -> tuple[DeviceToleration, ...]:
     out = []
-    for i, item in enumerate(o.seq(value, path)):
-        p = f"{path}[{i}]"
-        t = o.obj(item, p)
+    for p, t in o.objects(value, path):
         seconds = t.get("tolerationSeconds")
         out.append(
             DeviceToleration(
@@ -230,15 +233,11 @@ def _node_selector(o: _Obj, value: Any, path: str) -> NodeSelector | None:
         return None
     sel = o.obj(value, path)
     terms = []
-    for i, item in enumerate(o.seq(sel.get("nodeSelectorTerms"), f"{path}.nodeSelectorTerms")):
-        tp = f"{path}.nodeSelectorTerms[{i}]"
-        term = o.obj(item, tp)
+    for tp, term in o.objects(sel.get("nodeSelectorTerms"), f"{path}.nodeSelectorTerms"):
         parts: list[tuple[NodeSelectorRequirement, ...]] = []
         for key in ("matchExpressions", "matchFields"):
             reqs = []
-            for j, raw in enumerate(o.seq(term.get(key), f"{tp}.{key}")):
-                rp = f"{tp}.{key}[{j}]"
-                r = o.obj(raw, rp)
+            for rp, r in o.objects(term.get(key), f"{tp}.{key}"):
                 reqs.append(
                     NodeSelectorRequirement(
                         o.text(r, "key", rp, required=True),
@@ -256,8 +255,8 @@ def parse_device_class(obj: Mapping[str, Any]) -> DeviceClass:
     o, meta = _metadata(obj, "DeviceClass", namespaced=False)
     spec = o.obj(obj.get("spec"), "spec")
     config = []
-    for i, item in enumerate(o.seq(spec.get("config"), "spec.config")):
-        config.append(_opaque(o, o.obj(item, f"spec.config[{i}]").get("opaque"), f"spec.config[{i}].opaque"))
+    for p, item in o.objects(spec.get("config"), "spec.config"):
+        config.append(_opaque(o, item.get("opaque"), f"{p}.opaque"))
     return DeviceClass(
         name=meta["name"],
         selectors=_selectors(o, spec.get("selectors"), "spec.selectors"),
@@ -290,9 +289,7 @@ def _request(o: _Obj, item: Any, path: str) -> DeviceRequest:
             capacity_requests=_capacity_requests(o, ex, ep),
         )
     subs = []
-    for j, raw in enumerate(o.seq(subs_raw, f"{path}.firstAvailable")):
-        sp = f"{path}.firstAvailable[{j}]"
-        sub = o.obj(raw, sp)
+    for sp, sub in o.objects(subs_raw, f"{path}.firstAvailable"):
         mode, count = _count(o, sub, sp)
         subs.append(
             DeviceSubRequest(
@@ -317,9 +314,7 @@ def _allocation(o: _Obj, obj: Any, prefix: str) -> AllocationResult:
     alloc = o.obj(obj, prefix or "allocation")
     devices = o.obj(alloc.get("devices"), _join(prefix, "devices"))
     results = []
-    for i, item in enumerate(o.seq(devices.get("results"), _join(prefix, "devices.results"))):
-        p = _join(prefix, f"devices.results[{i}]")
-        r = o.obj(item, p)
+    for p, r in o.objects(devices.get("results"), _join(prefix, "devices.results")):
         share = r.get("shareID")
         consumed = r.get("consumedCapacity")
         results.append(
@@ -341,9 +336,7 @@ def _allocation(o: _Obj, obj: Any, prefix: str) -> AllocationResult:
             )
         )
     config = []
-    for i, item in enumerate(o.seq(devices.get("config"), _join(prefix, "devices.config"))):
-        p = _join(prefix, f"devices.config[{i}]")
-        c = o.obj(item, p)
+    for p, c in o.objects(devices.get("config"), _join(prefix, "devices.config")):
         config.append(
             DeviceAllocationConfiguration(
                 o.text(c, "source", p, required=True),
@@ -368,17 +361,13 @@ def parse_resource_claim(obj: Mapping[str, Any]) -> ResourceClaim:
         for i, item in enumerate(o.seq(devices.get("requests"), "spec.devices.requests"))
     )
     constraints = []
-    for i, item in enumerate(o.seq(devices.get("constraints"), "spec.devices.constraints")):
-        cp = f"spec.devices.constraints[{i}]"
-        c = o.obj(item, cp)
+    for cp, c in o.objects(devices.get("constraints"), "spec.devices.constraints"):
         match, distinct = o.opt_text(c, "matchAttribute", cp), o.opt_text(c, "distinctAttribute", cp)
         if match is not None and distinct is not None:
             raise o.fail(cp, "must specify exactly one of matchAttribute or distinctAttribute")
         constraints.append(DeviceConstraint(o.strings(c.get("requests"), f"{cp}.requests"), match, distinct))
     config = []
-    for i, item in enumerate(o.seq(devices.get("config"), "spec.devices.config")):
-        cp = f"spec.devices.config[{i}]"
-        c = o.obj(item, cp)
+    for cp, c in o.objects(devices.get("config"), "spec.devices.config"):
         config.append(
             DeviceClaimConfiguration(
                 o.strings(c.get("requests"), f"{cp}.requests"), _opaque(o, c.get("opaque"), f"{cp}.opaque")
@@ -388,9 +377,7 @@ def parse_resource_claim(obj: Mapping[str, Any]) -> ResourceClaim:
     status = o.obj(obj.get("status"), "status")
     allocation = None if status.get("allocation") is None else _allocation(o, status["allocation"], "status.allocation")
     reserved = []
-    for i, item in enumerate(o.seq(status.get("reservedFor"), "status.reservedFor")):
-        rp = f"status.reservedFor[{i}]"
-        r = o.obj(item, rp)
+    for rp, r in o.objects(status.get("reservedFor"), "status.reservedFor"):
         reserved.append(
             ResourceClaimConsumer(
                 o.text(r, "resource", rp), o.text(r, "name", rp), o.text(r, "uid", rp), o.text(r, "apiGroup", rp)
@@ -398,10 +385,9 @@ def parse_resource_claim(obj: Mapping[str, Any]) -> ResourceClaim:
         )
 
     owner = None
-    for i, item in enumerate(o.seq(meta.get("ownerReferences"), "metadata.ownerReferences")):
-        ref = o.obj(item, f"metadata.ownerReferences[{i}]")
+    for p, ref in o.objects(meta.get("ownerReferences"), "metadata.ownerReferences"):
         if ref.get("controller") is True and ref.get("kind") == "Pod" and ref.get("apiVersion", "v1") == "v1":
-            owner = o.text(ref, "uid", f"metadata.ownerReferences[{i}]")
+            owner = o.text(ref, "uid", p)
     return ResourceClaim(
         namespace=meta["namespace"],
         name=meta["name"],

@@ -96,18 +96,14 @@ def _device(o: _Obj, item: Any, path: str) -> Device:
             o.quantity(raw, f"{cp}.value"), str(raw), None if policy is None else o.obj(policy, f"{cp}.requestPolicy")
         )
     consumes = []
-    for i, raw in enumerate(o.seq(d.get("consumesCounters"), f"{path}.consumesCounters")):
-        cp = f"{path}.consumesCounters[{i}]"
-        c = o.obj(raw, cp)
+    for cp, c in o.objects(d.get("consumesCounters"), f"{path}.consumesCounters"):
         consumes.append(
             DeviceCounterConsumption(
                 o.text(c, "counterSet", cp, required=True), _counters(o, c.get("counters"), f"{cp}.counters")
             )
         )
     taints = []
-    for i, raw in enumerate(o.seq(d.get("taints"), f"{path}.taints")):
-        tp = f"{path}.taints[{i}]"
-        t = o.obj(raw, tp)
+    for tp, t in o.objects(d.get("taints"), f"{path}.taints"):
         taints.append(
             DeviceTaint(
                 o.text(t, "key", tp, required=True),
@@ -155,9 +151,7 @@ def parse_resource_slice(obj: Mapping[str, Any]) -> ResourceSlice:
         priority=_priority(o, pool.get("priority"), "spec.pool.priority", annotations, POOL_PRIORITY_ANNOTATION),
     )
     shared = []
-    for i, raw in enumerate(o.seq(spec.get("sharedCounters"), "spec.sharedCounters")):
-        cp = f"spec.sharedCounters[{i}]"
-        c = o.obj(raw, cp)
+    for cp, c in o.objects(spec.get("sharedCounters"), "spec.sharedCounters"):
         shared.append(
             CounterSet(o.text(c, "name", cp, required=True), _counters(o, c.get("counters"), f"{cp}.counters"))
         )

@@ -191,15 +191,23 @@ class KubeClient:
         """Update (optimistically: the object's resourceVersion is the precondition; 409 on conflict)."""
         return await self._call("PUT", path, msgspec.json.encode(obj))
 
-    async def _call(self, method: str, path: str, content: bytes | None = None) -> dict[str, Any]:
+    async def _send(self, method: str, path: str, content: bytes | None, where: str) -> httpx.Response:
+        """One request answered 200 or 201. Otherwise an ApiError: the server's status, or a timeout or
+        transport failure (status 0: the request may have been applied) whose message starts with ``where``."""
         try:
             response = await self._http.request(method, path, content=content)
         except httpx.TimeoutException as exc:
-            raise ApiError(f"{method} {path} timed out: {exc}", reason="Timeout") from exc
+            failure = f"timed out: {exc}"
+            raise ApiError(f"{where} {failure}" if where else failure, reason="Timeout") from exc
         except httpx.HTTPError as exc:
-            raise ApiError(f"{method} {path}: {type(exc).__name__}: {exc}", reason="Transport") from exc
+            failure = f"{type(exc).__name__}: {exc}"
+            raise ApiError(f"{where}: {failure}" if where else failure, reason="Transport") from exc
         if response.status_code not in (200, 201):
             raise _error(response, response.content)
+        return response
+
+    async def _call(self, method: str, path: str, content: bytes | None = None) -> dict[str, Any]:
+        response = await self._send(method, path, content, f"{method} {path}")
         obj = _decode(response.content)
         if not isinstance(obj, dict):
             raise ApiError(f"{method} {path}: the answer is not an object", status=response.status_code)
@@ -214,11 +222,5 @@ class KubeClient:
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
         path = f"/api/v1/namespaces/{namespace}/pods/{name}/binding"
-        try:
-            response = await self._http.post(path, content=msgspec.json.encode(binding))
-        except httpx.TimeoutException as exc:
-            raise ApiError(f"timed out: {exc}", reason="Timeout") from exc
-        except httpx.HTTPError as exc:
-            raise ApiError(f"{type(exc).__name__}: {exc}", reason="Transport") from exc
-        if response.status_code not in (200, 201):
-            raise _error(response, response.content)
+        # No prefix on a transport failure: the service's message names the pod and the node.
+        await self._send("POST", path, msgspec.json.encode(binding), "")

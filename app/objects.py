@@ -18,6 +18,7 @@ from scoring.framework import PodClaimRef, PodInfo
 from scoring.resources import parse_resource_list, pod_resources
 
 __all__ = [
+    "CONVERTERS",
     "NodeObject",
     "ObjectError",
     "claim_from_obj",
@@ -157,6 +158,15 @@ def _dra(parse: Callable[[Mapping[str, Any]], T]) -> Callable[[Mapping[str, Any]
 device_class_from_obj = _dra(allocator.parse_device_class)
 claim_from_obj = _dra(allocator.parse_resource_claim)
 slice_from_obj = _dra(allocator.parse_resource_slice)
+
+# The kinds the cache keeps, each with its converter: how a file of mixed objects is sorted out.
+CONVERTERS: Mapping[str, Callable[[Mapping[str, Any]], object]] = {
+    "Node": node_from_obj,
+    "Pod": pod_from_obj,
+    "DeviceClass": device_class_from_obj,
+    "ResourceClaim": claim_from_obj,
+    "ResourceSlice": slice_from_obj,
+}
 
 
 QUEUE_LABELS = ("kai.scheduler/queue", "kueue.x-k8s.io/queue-name")

@@ -13,9 +13,10 @@ import logging
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from app.cache import ClusterCache, SourceState
+from app.dra import DraState
 from app.kube import ApiError, GoneError, KubeClient
 from app.metrics import Metrics
 from app.objects import (
@@ -39,6 +40,7 @@ __all__ = [
 ]
 
 log = logging.getLogger("kube_gpu_extender.reflector")
+T = TypeVar("T")
 
 # Terminal pods leave the selection, so the watch reports them as DELETED and they stop counting.
 NON_TERMINAL_PODS = "status.phase!=Succeeded,status.phase!=Failed"
@@ -87,7 +89,7 @@ node_resource = Resource(
     field_selector="",
     replace=lambda cache, items: cache.replace_nodes(_convert_all(items, node_from_obj, "Node")),
     upsert=lambda cache, obj: cache.upsert_node(node_from_obj(obj)),
-    delete=lambda cache, obj: cache.delete_node(str((obj.get("metadata") or {}).get("name", ""))),
+    delete=lambda cache, obj: cache.delete_node(_name(obj)),
 )
 
 pod_resource = Resource(
@@ -101,31 +103,53 @@ pod_resource = Resource(
 
 _DRA = "/apis/resource.k8s.io/v1"
 
-device_class_resource = Resource(
-    name="deviceclasses",
-    path=f"{_DRA}/deviceclasses",
-    field_selector="",
-    replace=lambda cache, items: cache.dra.replace_classes(_convert_all(items, device_class_from_obj, "DeviceClass")),
-    upsert=lambda cache, obj: cache.dra.upsert_class(device_class_from_obj(obj)),
-    delete=lambda cache, obj: cache.dra.delete_class(_name(obj)),
-)
 
-resource_claim_resource = Resource(
-    name="resourceclaims",
-    path=f"{_DRA}/resourceclaims",
-    field_selector="",
-    replace=lambda cache, items: cache.dra.replace_claims(_convert_all(items, claim_from_obj, "ResourceClaim")),
-    upsert=lambda cache, obj: cache.dra.upsert_claim(claim_from_obj(obj)),
-    delete=lambda cache, obj: cache.dra.delete_claim(_namespaced_name(obj)),
-)
+def _dra_resource(
+    plural: str,
+    kind: str,
+    convert: Callable[[dict[str, Any]], T],
+    replace: Callable[[DraState, list[T]], None],
+    upsert: Callable[[DraState, T], object],
+    delete: Callable[[DraState, str], None],
+    key: Callable[[dict[str, Any]], str],
+) -> Resource:
+    """A resource.k8s.io/v1 kind kept in the cache's DraState; ``key`` names a deleted object there."""
+    return Resource(
+        name=plural,
+        path=f"{_DRA}/{plural}",
+        field_selector="",
+        replace=lambda cache, items: replace(cache.dra, _convert_all(items, convert, kind)),
+        upsert=lambda cache, obj: upsert(cache.dra, convert(obj)),
+        delete=lambda cache, obj: delete(cache.dra, key(obj)),
+    )
 
-resource_slice_resource = Resource(
-    name="resourceslices",
-    path=f"{_DRA}/resourceslices",
-    field_selector="",
-    replace=lambda cache, items: cache.dra.replace_slices(_convert_all(items, slice_from_obj, "ResourceSlice")),
-    upsert=lambda cache, obj: cache.dra.upsert_slice(slice_from_obj(obj)),
-    delete=lambda cache, obj: cache.dra.delete_slice(_name(obj)),
+
+device_class_resource = _dra_resource(
+    "deviceclasses",
+    "DeviceClass",
+    device_class_from_obj,
+    DraState.replace_classes,
+    DraState.upsert_class,
+    DraState.delete_class,
+    _name,
+)
+resource_claim_resource = _dra_resource(
+    "resourceclaims",
+    "ResourceClaim",
+    claim_from_obj,
+    DraState.replace_claims,
+    DraState.upsert_claim,
+    DraState.delete_claim,
+    _namespaced_name,
+)
+resource_slice_resource = _dra_resource(
+    "resourceslices",
+    "ResourceSlice",
+    slice_from_obj,
+    DraState.replace_slices,
+    DraState.upsert_slice,
+    DraState.delete_slice,
+    _name,
 )
 
 DRA_RESOURCES = (device_class_resource, resource_claim_resource, resource_slice_resource)

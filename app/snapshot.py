@@ -19,14 +19,7 @@ from allocator import AllocationResult, ResourceClaim, ResourceClaimConsumer
 from app.cache import ClusterCache
 from app.dra import DraState
 from app.dynamicresources import ClaimWriteError
-from app.objects import (
-    ObjectError,
-    claim_from_obj,
-    device_class_from_obj,
-    node_from_obj,
-    pod_from_obj,
-    slice_from_obj,
-)
+from app.objects import CONVERTERS, ObjectError
 from app.service import BindError
 from scoring.framework import PodInfo
 
@@ -77,17 +70,10 @@ def read_objects(path: str | Path) -> list[dict[str, Any]]:
 
 def load_snapshot(path: str | Path, cache: ClusterCache) -> dict[str, int]:
     """Fill ``cache``; unknown kinds are counted and skipped, bad objects are an error naming them."""
-    converters = {
-        "Node": node_from_obj,
-        "Pod": pod_from_obj,
-        "DeviceClass": device_class_from_obj,
-        "ResourceClaim": claim_from_obj,
-        "ResourceSlice": slice_from_obj,
-    }
-    found: dict[str, list[Any]] = {kind: [] for kind in converters}
+    found: dict[str, list[Any]] = {kind: [] for kind in CONVERTERS}
     skipped = 0
     for obj in read_objects(path):
-        convert = converters.get(obj.get("kind", ""))
+        convert = CONVERTERS.get(obj.get("kind", ""))
         if convert is None:
             skipped += 1
             continue

@@ -23,9 +23,9 @@ same order, so the truncation lands on the same integer; the vectorised twin kee
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -124,6 +124,22 @@ def balance_batch(requested: Sequence[Int64Array], allocatable: Sequence[Int64Ar
     return result
 
 
+V = TypeVar("V", int, Int64Array)  # one node's amount, or every node's of a batch
+
+
+def _split(inputs: Iterable[tuple[V, V, int]]) -> tuple[list[V], list[V], list[V]]:
+    """``resource_inputs`` per resource, as the three lists balance needs: allocatable, requested
+    without the pod and requested with it."""
+    allocatable: list[V] = []
+    without: list[V] = []
+    with_pod: list[V] = []
+    for capacity, used, amount in inputs:
+        allocatable.append(capacity)
+        without.append(used)
+        with_pod.append(used + amount)
+    return allocatable, without, with_pod
+
+
 def balanced_score(with_pod: int, without_pod: int) -> int:
     """The plugin score from the two balances (each 50..100): 50..100, 75 when nothing changes."""
     return _HALF + go_quotient(_HALF + with_pod - without_pod, 2)
@@ -144,25 +160,15 @@ class NodeResourcesBalancedAllocation:
         return any(pod.resources.requests.get(spec.name, 0) != 0 for spec in self.args.resources)
 
     def score(self, pod: PodInfo, node: NodeInfo) -> int:
-        allocatable: list[int] = []
-        without: list[int] = []
-        with_pod: list[int] = []
-        for spec in self.args.resources:
-            capacity, used, amount = resource_inputs(pod, node, spec.name, non_zero=False)
-            allocatable.append(capacity)
-            without.append(used)
-            with_pod.append(used + amount)
+        allocatable, without, with_pod = _split(
+            resource_inputs(pod, node, spec.name, non_zero=False) for spec in self.args.resources
+        )
         return balanced_score(balance(with_pod, allocatable), balance(without, allocatable))
 
     def score_batch(self, pod: PodInfo, batch: Batch) -> Int64Array:
-        allocatable: list[Int64Array] = []
-        without: list[Int64Array] = []
-        with_pod: list[Int64Array] = []
-        for spec in self.args.resources:
-            capacity, used, amount = resource_inputs_batch(pod, batch, spec.name, non_zero=False)
-            allocatable.append(capacity)
-            without.append(used)
-            with_pod.append(used + amount)
+        allocatable, without, with_pod = _split(
+            resource_inputs_batch(pod, batch, spec.name, non_zero=False) for spec in self.args.resources
+        )
         if not allocatable:
             return np.full(len(batch), balanced_score(MAX_NODE_SCORE, MAX_NODE_SCORE), dtype=np.int64)
         return balanced_score_batch(balance_batch(with_pod, allocatable), balance_batch(without, allocatable))

@@ -19,7 +19,15 @@ from typing import Any
 
 import numpy as np
 
-from scoring.framework import MAX_NODE_SCORE, ArgsError, NodeInfo, PodInfo, args_field
+from scoring.framework import (
+    MAX_NODE_SCORE,
+    ArgsError,
+    NodeInfo,
+    PodInfo,
+    args_field,
+    parse_choice,
+    reject_unknown_fields,
+)
 from scoring.table import Batch, Int64Array
 
 __all__ = ["NAME", "NodeResourcesFitPlus", "NodeResourcesFitPlusArgs", "ResourceStrategy", "StrategyType"]
@@ -55,15 +63,8 @@ class NodeResourcesFitPlusArgs:
                 raise ArgsError(f"{path}.resources: resource names must be non-empty strings")
             if not isinstance(strategy, Mapping):
                 raise ArgsError(f"{field}: must be a mapping with 'type' and 'weight'")
-            extra = set(strategy) - {"type", "weight"}
-            if extra:
-                raise ArgsError(f"{field}: unknown field(s) {sorted(extra)}")
-            type_name = strategy.get("type")
-            try:
-                strategy_type = StrategyType(type_name)
-            except ValueError:
-                allowed = ", ".join(t.value for t in StrategyType)
-                raise ArgsError(f"{field}.type: {type_name!r} is not one of {allowed}") from None
+            reject_unknown_fields(strategy, field, ("type", "weight"))
+            strategy_type = parse_choice(StrategyType, strategy.get("type"), f"{field}.type")
             weight = strategy.get("weight", 1)
             if isinstance(weight, bool) or not isinstance(weight, int) or weight <= 0:
                 raise ArgsError(f"{field}.weight: must be an integer > 0, got {weight!r}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from scoring.errors import ScoringError
 from scoring.resources import CPU, MEMORY, PodResources, is_scored_resource_name
@@ -30,12 +30,16 @@ __all__ = [
     "Status",
     "args_field",
     "combine_scores",
+    "parse_choice",
+    "reject_unknown_fields",
 ]
 
 MIN_NODE_SCORE = 0
 MAX_NODE_SCORE = 100  # framework.MaxNodeScore
 MIN_EXTENDER_PRIORITY = 0
 MAX_EXTENDER_PRIORITY = 10  # extenderv1.MaxExtenderPriority
+
+E = TypeVar("E", bound=enum.Enum)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,10 +117,24 @@ def args_field(raw: Any, path: str, name: str, expected: str) -> Any:
     """Check that ``raw`` is a mapping holding only ``name`` and return that field's value."""
     if not isinstance(raw, Mapping):
         raise ArgsError(f"{path}: must be a mapping with a {name!r} field ({expected})")
-    unknown = set(raw) - {name}
-    if unknown:
-        raise ArgsError(f"{path}: unknown field(s) {sorted(unknown)}")
+    reject_unknown_fields(raw, path, (name,))
     return raw.get(name)
+
+
+def reject_unknown_fields(raw: Mapping[Any, Any], path: str, known: Iterable[str]) -> None:
+    """kube-scheduler decodes its configuration strictly: a field it does not know is an error."""
+    unknown = sorted(set(raw) - set(known), key=str)
+    if unknown:
+        raise ArgsError(f"{path}: unknown field(s) {unknown}")
+
+
+def parse_choice(choices: type[E], value: Any, path: str) -> E:
+    """``value`` as one of an enum's values (a strategy type); the error lists the allowed ones."""
+    try:
+        return choices(value)
+    except ValueError:
+        allowed = ", ".join(str(choice.value) for choice in choices)
+        raise ArgsError(f"{path}: {value!r} is not one of {allowed}") from None
 
 
 class Code(enum.Enum):

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from scoring.framework import MAX_NODE_SCORE, ArgsError, NodeInfo, PodInfo
+from scoring.framework import MAX_NODE_SCORE, ArgsError, NodeInfo, PodInfo, parse_choice, reject_unknown_fields
 from scoring.resources import CPU, EPHEMERAL_STORAGE, MEMORY, is_scalar_resource_name
 from scoring.table import Batch, Int64Array
 
@@ -128,9 +128,7 @@ def _entries(raw: list[Any], path: str, keys: tuple[str, str]) -> Iterator[tuple
         field = f"{path}[{index}]"
         if not isinstance(entry, Mapping):
             raise ArgsError(f"{field}: must be a mapping with '{keys[0]}' and '{keys[1]}'")
-        unknown = sorted(set(entry) - set(keys), key=str)
-        if unknown:
-            raise ArgsError(f"{field}: unknown field(s) {unknown}")
+        reject_unknown_fields(entry, field, keys)
         yield field, entry
 
 
@@ -209,15 +207,8 @@ class NodeResourcesFitArgs:
         field = f"{path}.scoringStrategy"
         if not isinstance(strategy, Mapping):
             raise ArgsError(f"{field}: must be a mapping with 'type', 'resources' and 'requestedToCapacityRatio'")
-        unknown = sorted(set(strategy) - {"type", "resources", "requestedToCapacityRatio"}, key=str)
-        if unknown:
-            raise ArgsError(f"{field}: unknown field(s) {unknown}")
-        type_name = strategy.get("type")
-        try:
-            strategy_type = ScoringStrategyType(type_name)
-        except ValueError:
-            allowed = ", ".join(t.value for t in ScoringStrategyType)
-            raise ArgsError(f"{field}.type: {type_name!r} is not one of {allowed}") from None
+        reject_unknown_fields(strategy, field, ("type", "resources", "requestedToCapacityRatio"))
+        strategy_type = parse_choice(ScoringStrategyType, strategy.get("type"), f"{field}.type")
         resources = parse_resource_specs(strategy.get("resources"), f"{field}.resources")
         ratio = strategy.get("requestedToCapacityRatio")
         shape: tuple[ShapePoint, ...] = ()

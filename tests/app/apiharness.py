@@ -20,9 +20,20 @@ from app.reflector import DRA_RESOURCES, Reflector, node_resource, pod_resource
 from app.runtime import readiness
 from app.server import create_app
 from app.service import ExtenderService
+from tests.conftest import claim_obj, device_class_obj, gpu_device, node_obj, slice_obj
 from tests.fakeapi import FakeAPIServer
 
-__all__ = ["GPU", "SOURCES", "Harness", "cache_state", "eventually", "run", "server_gpus", "server_state"]
+__all__ = [
+    "GPU",
+    "SOURCES",
+    "Harness",
+    "add_dra_node",
+    "cache_state",
+    "eventually",
+    "run",
+    "server_gpus",
+    "server_state",
+]
 
 SOURCES = ("nodes", "pods", "deviceclasses", "resourceclaims", "resourceslices")
 GPU = "nvidia.com/gpu"
@@ -36,6 +47,16 @@ async def eventually(condition: Callable[[], bool], what: str, timeout: float = 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for: {what}")
         await asyncio.sleep(0.01)
+
+
+def add_dra_node(fake: FakeAPIServer, *claims: str, memory: tuple[str, str] = ("40Gi", "40Gi")) -> None:
+    """The DRA node ``d1`` (no extended-resource GPUs): the default DeviceClass, a slice of two GPUs
+    (``gpu-0``, ``gpu-1``, with the given memory), and pending ``claims`` in namespace default."""
+    fake.add(node_obj("d1", gpus=None))
+    fake.add(device_class_obj())
+    fake.add(slice_obj("d1-gpus", [gpu_device(f"gpu-{i}", size) for i, size in enumerate(memory)], node="d1"))
+    for name in claims:
+        fake.add(claim_obj(name))
 
 
 def _objects(fake: FakeAPIServer) -> list[dict[str, Any]]:

@@ -10,30 +10,17 @@ import pytest
 
 from app.binding import FINALIZER, ApiClaimWriter
 from app.dynamicresources import ClaimWriteError
-from tests.app.apiharness import Harness, eventually
+from tests.app.apiharness import Harness, add_dra_node, eventually
 from tests.app.apiharness import run as run_harness
-from tests.conftest import (
-    bind_body,
-    claim_obj,
-    device_class_obj,
-    filter_body,
-    gpu_device,
-    node_obj,
-    pod_obj,
-    slice_obj,
-    with_claims,
-)
+from tests.conftest import bind_body, claim_obj, filter_body, pod_obj, with_claims
 from tests.fakeapi import FakeAPIServer
 
 CLAIMS = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims"
 
 
 def setup_cluster(fake: FakeAPIServer, *claims: str) -> None:
-    fake.add(node_obj("d1", gpus=None))
-    fake.add(device_class_obj())
-    fake.add(slice_obj("d1-gpus", [gpu_device("gpu-0", "24Gi"), gpu_device("gpu-1", "80Gi")], node="d1"))
-    for name in claims:
-        fake.add(claim_obj(name))
+    """Node d1 whose two GPUs differ in memory (24Gi, 80Gi), with ``claims`` pending."""
+    add_dra_node(fake, *claims, memory=("24Gi", "80Gi"))
 
 
 def run(fake: FakeAPIServer, body: Callable[[Harness], Awaitable[None]]) -> Harness:

@@ -14,18 +14,8 @@ from typing import Any
 import pytest
 
 from app.binding import FINALIZER
-from tests.app.apiharness import GPU, SOURCES, Harness, eventually, run
-from tests.conftest import (
-    bind_body,
-    claim_obj,
-    device_class_obj,
-    filter_body,
-    gpu_device,
-    node_obj,
-    pod_obj,
-    slice_obj,
-    with_claims,
-)
+from tests.app.apiharness import GPU, SOURCES, Harness, add_dra_node, eventually, run
+from tests.conftest import bind_body, claim_obj, filter_body, gpu_device, node_obj, pod_obj, slice_obj, with_claims
 from tests.fakeapi import FakeAPIServer
 
 
@@ -33,10 +23,7 @@ def populate(fake: FakeAPIServer) -> dict[str, Any]:
     """Two GPU nodes with bound and pending pods, and a DRA node with a class, a slice and a claim."""
     fake.add(node_obj("g1", gpus=8))
     fake.add(node_obj("g2", gpus=8))
-    fake.add(node_obj("d1", gpus=None))
-    fake.add(device_class_obj())
-    fake.add(slice_obj("d1-gpus", [gpu_device("gpu-0"), gpu_device("gpu-1")], node="d1"))
-    fake.add(claim_obj("c1"))
+    add_dra_node(fake, "c1")
     return {
         "bound": [fake.add(pod_obj(f"b{i}", gpus=1, node="g1", phase="Running")) for i in range(3)],
         "pending": fake.add(pod_obj("pending", gpus=2)),

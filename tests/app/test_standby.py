@@ -8,18 +8,8 @@ from __future__ import annotations
 import asyncio
 
 from app.reflector import Reflector
-from tests.app.apiharness import SOURCES, Harness, eventually, server_gpus
-from tests.conftest import (
-    bind_body,
-    claim_obj,
-    device_class_obj,
-    filter_body,
-    gpu_device,
-    node_obj,
-    pod_obj,
-    slice_obj,
-    with_claims,
-)
+from tests.app.apiharness import SOURCES, Harness, add_dra_node, eventually, server_gpus
+from tests.conftest import bind_body, filter_body, node_obj, pod_obj, with_claims
 from tests.fakeapi import FakeAPIServer
 
 
@@ -30,11 +20,7 @@ def relists(reflectors: list[Reflector]) -> dict[str, int]:
 def test_standby_takes_over_with_a_warm_cache(fake: FakeAPIServer) -> None:
     fake.add(node_obj("g1", gpus=4))
     fake.add(node_obj("g2", gpus=4))
-    fake.add(node_obj("d1", gpus=None))
-    fake.add(device_class_obj())
-    fake.add(slice_obj("d1-gpus", [gpu_device("gpu-0"), gpu_device("gpu-1")], node="d1"))
-    fake.add(claim_obj("c1"))
-    fake.add(claim_obj("c2"))
+    add_dra_node(fake, "c1", "c2")
     big = fake.add(pod_obj("big", gpus=4))
     dra1 = fake.add(with_claims(pod_obj("dra1", gpus=0), "c1"))
     small = fake.add(pod_obj("small", gpus=1))

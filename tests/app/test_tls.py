@@ -108,30 +108,39 @@ def _replace(target: Path, source: Path) -> None:
     os.replace(staging, target)
 
 
+def _mount(directory: Path, pair: tuple[Path, Path]) -> tuple[Path, Path]:
+    """``tls.crt`` and ``tls.key`` in ``directory`` holding ``pair``, as a mounted TLS Secret."""
+    cert, key = directory / "tls.crt", directory / "tls.key"
+    _replace(cert, pair[0])
+    _replace(key, pair[1])
+    return cert, key
+
+
+def _rotate(cert: Path, key: Path, pair: tuple[Path, Path]) -> None:
+    """The Secret updated to ``pair``, key first: a reload in between sees a mismatched pair."""
+    _replace(key, pair[1])
+    _replace(cert, pair[0])
+
+
 def test_new_handshakes_get_the_rotated_certificate(pki: Pki, tmp_path: Path) -> None:
-    first, first_key = pki.server("first")
-    second, second_key = pki.server("second")
-    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
-    _replace(cert, first)
-    _replace(key, first_key)
+    first = pki.server("first")
+    second = pki.server("second")
+    cert, key = _mount(tmp_path, first)
     with running(_serve(_server_config(cert, key), reload_interval=0.05)) as server:
         context = _client_context(pki)
-        assert _peer_certificate(server.port, context) == _der(first)
-        _replace(key, second_key)
-        _replace(cert, second)
+        assert _peer_certificate(server.port, context) == _der(first[0])
+        _rotate(cert, key, second)
         deadline = time.monotonic() + 10
-        while _peer_certificate(server.port, context) != _der(second):
+        while _peer_certificate(server.port, context) != _der(second[0]):
             assert time.monotonic() < deadline, "the rotated certificate was never served"
             time.sleep(0.02)
 
 
 def test_a_broken_rotation_keeps_the_previous_certificate(pki: Pki, tmp_path: Path) -> None:
-    first, first_key = pki.server("kept")
+    first = pki.server("kept")
     _, other_key = pki.client("mismatched")
-    second, second_key = pki.server("later")
-    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
-    _replace(cert, first)
-    _replace(key, first_key)
+    second = pki.server("later")
+    cert, key = _mount(tmp_path, first)
     # No polling here: the test drives the reloader itself.
     with running(_serve(_server_config(cert, key), reload_interval=3600)) as server:
         reloader = server.reloader
@@ -140,11 +149,10 @@ def test_a_broken_rotation_keeps_the_previous_certificate(pki: Pki, tmp_path: Pa
         assert reloader.reload_if_changed() is False  # nothing changed yet
         _replace(key, other_key)  # the key of another certificate: refused, the old pair keeps serving
         assert reloader.reload_if_changed() is False
-        assert _peer_certificate(server.port, context) == _der(first)
-        _replace(key, second_key)
-        _replace(cert, second)
+        assert _peer_certificate(server.port, context) == _der(first[0])
+        _rotate(cert, key, second)
         assert reloader.reload_if_changed() is True
-        assert _peer_certificate(server.port, context) == _der(second)
+        assert _peer_certificate(server.port, context) == _der(second[0])
 
 
 def test_a_debug_token_beside_mtls_is_refused(pki: Pki, tmp_path: Path) -> None:

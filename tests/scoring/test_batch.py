@@ -13,30 +13,11 @@ from scoring.profile import Profile, ScorePluginSpec
 from scoring.resources import PodResources
 from scoring.scarce import ScarceResourceAvoidance, ScarceResourceAvoidanceArgs
 from scoring.table import NodeTable
+from tests.scoring.strategies import nodes, pods
 
 RESOURCES = ["cpu", "memory", "nvidia.com/gpu", "example.com/fpga", "ephemeral-storage", "hugepages-1Gi"]
 
-amounts = st.one_of(st.just(0), st.integers(1, 16), st.integers(1, 10**12))
-resource_maps = st.dictionaries(st.sampled_from(RESOURCES), amounts, max_size=len(RESOURCES))
-
-
-@st.composite
-def nodes(draw: st.DrawFn) -> NodeInfo:
-    allocatable = draw(resource_maps)
-    return NodeInfo(
-        name="",
-        allocatable=allocatable,
-        requested=draw(resource_maps),
-        non_zero_cpu=draw(amounts),
-        non_zero_memory=draw(amounts),
-        allocatable_types=NodeInfo.types_of(allocatable),
-    )
-
-
-@st.composite
-def pods(draw: st.DrawFn) -> PodInfo:
-    resources = PodResources(draw(resource_maps), draw(amounts), draw(amounts))
-    return PodInfo(uid="u", namespace="ns", name="p", resources=resources)
+LARGEST = 10**12  # the largest random amount
 
 
 @st.composite
@@ -62,7 +43,12 @@ def profiles(draw: st.DrawFn) -> Profile:
 
 
 @settings(max_examples=300, deadline=None)
-@given(profiles(), pods(), st.lists(nodes(), min_size=1, max_size=12), st.booleans())
+@given(
+    profiles(),
+    pods(RESOURCES, LARGEST),
+    st.lists(nodes(RESOURCES, LARGEST), min_size=1, max_size=12),
+    st.booleans(),
+)
 def test_batch_equals_scalar(profile: Profile, pod: PodInfo, node_list: list[NodeInfo], with_unknown: bool) -> None:
     table = NodeTable(capacity=2)  # small, so rows grow while upserting
     named = [

@@ -34,9 +34,9 @@ from scoring.intree import (
     go_round_batch,
 )
 from scoring.kube_scheduler import KubeSchedulerScore, WeightedPlugin, select_host, select_host_batch
-from scoring.resources import PodResources
 from scoring.table import NodeTable
 from tests.scoring.builders import ctr, node, pod
+from tests.scoring.strategies import nodes, pods
 
 GI = 2**30
 MI = 2**20
@@ -312,21 +312,7 @@ def test_go_round_edges() -> None:
 
 # ------------------------------------------------------------------------------ scalar == batch
 NAMES = ["cpu", "memory", "ephemeral-storage", GPU, "hugepages-1Gi", "example.com/fpga", "pods"]
-amounts = st.one_of(st.just(0), st.integers(1, 16), st.integers(1, 10**15))
-resource_maps = st.dictionaries(st.sampled_from(NAMES), amounts, max_size=len(NAMES))
-
-
-@st.composite
-def nodes(draw: st.DrawFn) -> NodeInfo:
-    allocatable = draw(resource_maps)
-    return NodeInfo(
-        "", allocatable, draw(resource_maps), draw(amounts), draw(amounts), 0, NodeInfo.types_of(allocatable)
-    )
-
-
-@st.composite
-def pods(draw: st.DrawFn) -> PodInfo:
-    return PodInfo("u", "ns", "p", PodResources(draw(resource_maps), draw(amounts), draw(amounts)))
+LARGEST = 10**15  # the largest random amount
 
 
 resource_lists = st.lists(
@@ -368,7 +354,11 @@ def _batch(node_list: list[NodeInfo]) -> Any:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.one_of(fit_plugins(), balanced_plugins()), pods(), st.lists(nodes(), min_size=1, max_size=10))
+@given(
+    st.one_of(fit_plugins(), balanced_plugins()),
+    pods(NAMES, LARGEST),
+    st.lists(nodes(NAMES, LARGEST), min_size=1, max_size=10),
+)
 def test_batch_equals_scalar(plugin: Any, workload: PodInfo, node_list: list[NodeInfo]) -> None:
     named, batch = _batch(node_list)
     scores = plugin.score_batch(workload, batch).tolist()
@@ -384,8 +374,8 @@ def test_batch_equals_scalar(plugin: Any, workload: PodInfo, node_list: list[Nod
     balanced_plugins(),
     st.integers(1, 5),
     st.integers(1, 5),
-    pods(),
-    st.lists(nodes(), min_size=1, max_size=8),
+    pods(NAMES, LARGEST),
+    st.lists(nodes(NAMES, LARGEST), min_size=1, max_size=8),
 )
 def test_weighted_totals_batch_equals_scalar(
     fit_plugin: NodeResourcesFit,

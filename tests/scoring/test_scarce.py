@@ -63,62 +63,51 @@ def test_types_of_excludes_pods_zero_and_unscored() -> None:
 # --------------------------------------------------------------------------- type-count
 
 
-def test_gpu_node_cpu_pod_type_count() -> None:
-    # N = {cpu, memory, ephemeral-storage, gpu, hugepages-1Gi}; P = {cpu, memory}
-    # D = {ephemeral-storage, gpu, hugepages-1Gi} (3), S = {gpu} (1) -> (3 - 1) * 100 // 3 = 66
-    n = node(
-        {
-            "cpu": 32000,
-            "memory": 128 * GI,
-            "ephemeral-storage": 100 * GI,
-            GPU: 8,
-            "hugepages-1Gi": 2 * GI,
-            "hugepages-2Mi": 0,  # zero-valued: not a type of this node
-            "pods": 110,  # never counted
-        }
-    )
-    assert sra(GPU).score(pod(CPU_POD), n) == 66
+# A node with five scored types; the quantities are beside the point.
+GPU_NODE = {"cpu": 32000, "memory": 128 * GI, "ephemeral-storage": 100 * GI, GPU: 8, "hugepages-1Gi": 2 * GI}
+
+
+@pytest.mark.parametrize(
+    ("allocatable", "expected"),
+    [
+        # N = {cpu, memory, ephemeral-storage, gpu, hugepages-1Gi}; P = {cpu, memory}
+        # D = {ephemeral-storage, gpu, hugepages-1Gi} (3), S = {gpu} (1) -> (3 - 1) * 100 // 3 = 66
+        # (hugepages-2Mi is zero-valued: not a type of this node; pods is never counted)
+        pytest.param({**GPU_NODE, "hugepages-2Mi": 0, "pods": 110}, 66, id="gpu-node"),
+        # N = {cpu, memory, gpu} (pods excluded); D = {gpu}; S = {gpu} -> (1 - 1) * 100 // 1 = 0
+        # (counting pods would give D = {gpu, pods} -> 50)
+        pytest.param({"cpu": 32000, "memory": 128 * GI, GPU: 8, "pods": 110}, 0, id="pods-never-counted"),
+        # gpu allocatable 0 -> not in N -> S empty -> 100
+        pytest.param({"cpu": 32000, "memory": 128 * GI, "ephemeral-storage": GI, GPU: 0}, 100, id="zero-scarce"),
+        # D = {ephemeral-storage, gpu, hugepages-1Gi, hugepages-2Mi, kubernetes.io/batch-cpu,
+        #      attachable-volumes-x} (6), S = 1 -> 5 * 100 // 6 = 83 (83.33)
+        pytest.param(
+            {
+                "cpu": 64000,
+                "memory": 512 * GI,
+                "ephemeral-storage": 500 * GI,
+                GPU: 8,
+                "hugepages-1Gi": 4 * GI,
+                "hugepages-2Mi": 2**21,
+                "kubernetes.io/batch-cpu": 1000,
+                "attachable-volumes-x": 39,
+                "pods": 110,
+            },
+            83,
+            id="six-unrequested-types-dilute",
+        ),
+    ],
+)
+def test_cpu_pod_type_count(allocatable: dict[str, int], expected: int) -> None:
+    assert sra(GPU).score(pod(CPU_POD), node(allocatable)) == expected
 
 
 def test_quantities_and_usage_do_not_matter() -> None:
     # same types, different quantities and usage -> same score (|D| = 3, |S| = 1 -> 66)
-    base = {"cpu": 32000, "memory": 128 * GI, "ephemeral-storage": 100 * GI, GPU: 8, "hugepages-1Gi": 2 * GI}
     big = {"cpu": 256000, "memory": 2048 * GI, "ephemeral-storage": GI, GPU: 1, "hugepages-1Gi": 64 * GI}
     scorer = sra(GPU)
-    assert scorer.score(pod(CPU_POD), node(base)) == 66
+    assert scorer.score(pod(CPU_POD), node(GPU_NODE)) == 66
     assert scorer.score(pod(CPU_POD), node(big, {GPU: 1, "cpu": 1000})) == 66
-
-
-def test_pods_never_counted() -> None:
-    # N = {cpu, memory, gpu} (pods excluded); D = {gpu}; S = {gpu} -> (1 - 1) * 100 // 1 = 0
-    # (counting pods would give D = {gpu, pods} -> 50)
-    n = node({"cpu": 32000, "memory": 128 * GI, GPU: 8, "pods": 110})
-    assert sra(GPU).score(pod(CPU_POD), n) == 0
-
-
-def test_zero_valued_scarce_allocatable_not_counted() -> None:
-    # gpu allocatable 0 -> not in N -> S empty -> 100
-    n = node({"cpu": 32000, "memory": 128 * GI, "ephemeral-storage": GI, GPU: 0})
-    assert sra(GPU).score(pod(CPU_POD), n) == 100
-
-
-def test_six_unrequested_types_dilute_to_83() -> None:
-    # D = {ephemeral-storage, gpu, hugepages-1Gi, hugepages-2Mi, kubernetes.io/batch-cpu,
-    #      attachable-volumes-x} (6), S = 1 -> 5 * 100 // 6 = 83 (83.33)
-    n = node(
-        {
-            "cpu": 64000,
-            "memory": 512 * GI,
-            "ephemeral-storage": 500 * GI,
-            GPU: 8,
-            "hugepages-1Gi": 4 * GI,
-            "hugepages-2Mi": 2**21,
-            "kubernetes.io/batch-cpu": 1000,
-            "attachable-volumes-x": 39,
-            "pods": 110,
-        }
-    )
-    assert sra(GPU).score(pod(CPU_POD), n) == 83
 
 
 def test_pod_requesting_scarce_resource_scores_100() -> None:
