@@ -19,6 +19,7 @@ from typing import Any
 from fairshare.config import KAI_QUEUE_LABEL, QueueConfig
 from fairshare.kai import UNLIMITED, KaiQueue, QueueResource, fair_shares
 from fairshare.requests import kai_amounts
+from fairshare.usage import add_amounts
 from fairshare.victims import PreemptChoice
 
 __all__ = ["Amounts", "KaiUsage", "Share", "Victim"]
@@ -31,13 +32,7 @@ Victim = tuple[str, str | None, Mapping[str, float]]
 
 
 def _add(sums: dict[str, Amounts], queue: str, amounts: Mapping[str, float], sign: float) -> None:
-    target = sums.setdefault(queue, {})
-    for resource, value in amounts.items():
-        total = target.get(resource, 0.0) + sign * value
-        if abs(total) > _EPSILON:
-            target[resource] = total
-        else:
-            target.pop(resource, None)
+    add_amounts(sums.setdefault(queue, {}), amounts, sign)
 
 
 @dataclass(slots=True)

@@ -10,15 +10,26 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from fairshare.config import QueueConfig
 from fairshare.drs import DominantResourceShare, dominant_resource_share
 from fairshare.quota import FlavorResource, TreeUsage, Usage, cq_key
 
-__all__ = ["Contribution", "QueueUsage", "queues_view"]
+__all__ = ["Contribution", "QueueUsage", "add_amounts", "queues_view"]
 
 _EPSILON = 1e-9
+K = TypeVar("K")
+
+
+def add_amounts(target: dict[K, float], amounts: Mapping[K, float], sign: float = 1.0) -> None:
+    """``target += sign * amounts`` per key; a sum that reaches zero (within rounding) is dropped."""
+    for key, value in amounts.items():
+        total = target.get(key, 0.0) + sign * value
+        if abs(total) > _EPSILON:
+            target[key] = total
+        else:
+            target.pop(key, None)
 # What one pod adds: its ClusterQueue and amounts per (flavor, resource); (None, None) for nothing.
 Contribution = tuple[str | None, Mapping[FlavorResource, float] | None]
 
@@ -70,13 +81,7 @@ class QueueUsage:
 
     def _add(self, cq: str, amounts: Mapping[FlavorResource, float], sign: float) -> None:
         self._version += 1
-        used = self.usage.setdefault(cq, {})
-        for fr, v in amounts.items():
-            total = used.get(fr, 0.0) + sign * v
-            if abs(total) > _EPSILON:
-                used[fr] = total
-            else:
-                used.pop(fr, None)
+        add_amounts(self.usage.setdefault(cq, {}), amounts, sign)
 
     def snapshot(self) -> TreeUsage:
         """Usage of every node of the tree; immutable, so it is shared until the usage changes."""
