@@ -46,11 +46,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from app.auth import exposure_error
-    from app.logs import configure_logging
+    from app.cluster.snapshot import SnapshotError
+    from app.http.auth import exposure_error
+    from app.http.serving import build_server
+    from app.operator.logs import configure_logging
     from app.runtime import build_cluster_runtime, build_snapshot_runtime
-    from app.serving import build_server
-    from app.snapshot import SnapshotError
 
     configure_logging(args.log_level, args.log_format)
     config = load_config(args.config)

@@ -7,9 +7,9 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from app.auth import read_token
-from app.fairness import FLAVOR_FAIRNESS, FlavorFairness
-from app.tls import check_readable, check_tls_files
+from app.http.auth import read_token
+from app.http.tls import check_readable, check_tls_files
+from app.pipeline.fairness import FLAVOR_FAIRNESS, FlavorFairness
 from app.yamlfile import read_yaml
 from fairshare.config import QueueConfig, parse_queue_config
 from scoring.best_scored import FEASIBLE, FilterReturns
@@ -216,7 +216,7 @@ class ExtenderConfiguration(_Strict):
 
     def build_profile(self, flavor_fairness: ScorePlugin | None = None) -> Profile:
         """The scheduling profile. ``FlavorFairness`` reads queue state, so the service passes it in
-        (``app.fairness.FlavorFairness``); here it is only validated: no args, needs ``queues:``."""
+        (``app.pipeline.fairness.FlavorFairness``); here it is only validated: no args, needs ``queues:``."""
         scorers = []
         for i, p in enumerate(self.plugins):
             if p.name == FLAVOR_FAIRNESS:

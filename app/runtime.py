@@ -8,17 +8,17 @@ import gc
 import logging
 from dataclasses import dataclass, field
 
-from app.binding import ApiBinder, ApiClaimWriter
-from app.cache import ClusterCache
+from app.cluster.binding import ApiBinder, ApiClaimWriter
+from app.cluster.cache import ClusterCache
+from app.cluster.kube import KubeClient
+from app.cluster.kueue_watch import KUEUE_SOURCES, KueueSource
+from app.cluster.reflector import DRA_RESOURCES, Reflector, node_resource, pod_resource
+from app.cluster.snapshot import SOURCES, SnapshotBinder, SnapshotClaimWriter, load_snapshot
 from app.config import ExtenderConfiguration
-from app.dynamicresources import ClaimWriter
-from app.kube import KubeClient
-from app.kueue_watch import KUEUE_SOURCES, KueueSource
-from app.metrics import Metrics
-from app.reflector import DRA_RESOURCES, Reflector, node_resource, pod_resource
-from app.server import ExtenderVerbs, create_app
+from app.http.server import ExtenderVerbs, create_app
+from app.operator.metrics import Metrics
+from app.pipeline.dynamicresources import ClaimWriter
 from app.service import Binder, ExtenderService
-from app.snapshot import SOURCES, SnapshotBinder, SnapshotClaimWriter, load_snapshot
 
 __all__ = ["Runtime", "build_cluster_runtime", "build_snapshot_runtime", "readiness"]
 

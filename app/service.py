@@ -15,17 +15,20 @@ from typing import Any, Protocol
 
 import msgspec
 
-from app import wire
-from app.bindless import BindlessPods
-from app.cache import ClusterCache
+from app.cluster.bindless import BindlessPods
+from app.cluster.cache import ClusterCache
+from app.cluster.objects import ObjectError, pod_from_obj
+from app.cluster.writes import BindError
 from app.config import ExtenderConfiguration
-from app.dynamicresources import ClaimWriter
-from app.fairness import Fairness
-from app.metrics import Metrics
-from app.objects import ObjectError, pod_from_obj
-from app.pipeline import DraClaims, Queues, build_pipeline
+from app.http import wire
+from app.operator.metrics import Metrics
+from app.pipeline.build import build_pipeline
+from app.pipeline.claims import DraClaims
+from app.pipeline.dynamicresources import ClaimWriter
+from app.pipeline.fairness import Fairness
 from app.pipeline.framework import BindCycle, FilterCycle, FilterError, Refusal
 from app.pipeline.nodes import REASON_NODE_NOT_IN_CACHE
+from app.pipeline.queues import Queues
 from fairshare.usage import QueueUsage
 from scoring.best_scored import BEST_SCORED
 from scoring.framework import Code, PodInfo
@@ -35,7 +38,6 @@ from scoring.table import BatchVerdicts
 
 __all__ = [
     "REASON_NODE_NOT_IN_CACHE",
-    "BindError",
     "Binder",
     "ExtenderService",
 ]
@@ -44,16 +46,6 @@ log = logging.getLogger("kube_gpu_extender.decisions")
 
 _PENDING_PODS = 10_000  # pods seen in /filter, so /bind can assume them before the watch delivers them
 _POD_MEMO = 64  # parsed pods by request bytes: filter, then prioritize, of the same pod
-
-
-class BindError(Exception):
-    """A failed Binding. ``definite`` is False when the API may have applied it (timeout, lost reply)."""
-
-    def __init__(self, message: str, *, kind: str = "api", definite: bool = True, bound_to: str | None = None):
-        super().__init__(message)
-        self.kind = kind
-        self.definite = definite
-        self.bound_to = bound_to
 
 
 class Binder(Protocol):
@@ -79,7 +71,7 @@ class ExtenderService:
         self.binder = binder
         self.metrics = metrics or Metrics()
         self.pipeline, self.resources = build_pipeline(config, cache, claim_writer, wall_clock)
-        self.kueue_source: Any = None  # app.kueue_watch.KueueSource when Kueue's objects are watched
+        self.kueue_source: Any = None  # app.cluster.kueue_watch.KueueSource when Kueue's objects are watched
         self.readiness = readiness or (lambda: (True, ""))
         self.wall_clock = wall_clock
         self.decisions: deque[dict[str, Any]] = deque(maxlen=config.server.decisionHistory)

@@ -36,12 +36,12 @@ from allocator import (
     parse_resource_claim,
     parse_resource_slice,
 )
-from app.cache import ClusterCache
+from app.cluster.cache import ClusterCache
+from app.cluster.objects import claim_from_obj, device_class_from_obj, node_from_obj, slice_from_obj
+from app.cluster.snapshot import SOURCES, SnapshotBinder, SnapshotClaimWriter
 from app.config import parse_config
-from app.metrics import Metrics
-from app.objects import claim_from_obj, device_class_from_obj, node_from_obj, slice_from_obj
+from app.operator.metrics import Metrics
 from app.service import ExtenderService
-from app.snapshot import SOURCES, SnapshotBinder, SnapshotClaimWriter
 
 DRIVER = "gpu.example.com"
 FILTER_TARGET_P99_MS = 20.0

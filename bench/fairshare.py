@@ -5,7 +5,7 @@ Measures (run by hand, figures in the README):
 * incremental: one pod event applied with ``TreeUsage.with_delta`` plus the DRS of the queue's path;
 * filter-side verdict: flavor of each of 5,000 nodes (precomputed at cache time) and the per-flavor
   quota check for one pod — the work a filter call adds over the service's baseline;
-* the service's hooks (app/fairness.py) over 5,000 nodes: filter (flavor rules + quota), prioritize
+* the service's hooks (app/pipeline/fairness.py) over 5,000 nodes: filter (flavor rules + quota), prioritize
   (FlavorFairness), and the KAI fair-share division of 50 queues after an event.
 
     .venv/bin/python -m bench.fairshare [--rounds 2000]
@@ -18,8 +18,8 @@ import random
 import time
 from collections.abc import Callable
 
-from app.fairness import Fairness
-from app.objects import pod_from_obj
+from app.cluster.objects import pod_from_obj
+from app.pipeline.fairness import Fairness
 from fairshare.config import KUEUE_QUEUE_LABEL, parse_queue_config
 from fairshare.drs import dominant_resource_share
 from fairshare.flavor import ResourceFlavor, node_matches_flavor
@@ -101,7 +101,7 @@ def main() -> None:
             allowed[f.name] = all(v <= snap.available("cq/cq-7", (f.name, r)) for r, v in request.items())
         _ = [allowed[name] for name in node_flavor]
 
-    # The service's hooks (app/fairness.py) over 5,000 nodes (50 queues, 5 cohorts).
+    # The service's hooks (app/pipeline/fairness.py) over 5,000 nodes (50 queues, 5 cohorts).
     raw = {
         "resourceFlavors": [{"name": f.name, "nodeLabels": dict(f.node_labels)} for f in FLAVORS],
         "clusterQueues": [

@@ -21,8 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from app import wire
 from app.config import load_config
+from app.http import wire
 from app.runtime import build_snapshot_runtime
 from bench.cluster import build_cluster, encode, filter_body_names, filter_body_nodes, pending_pods, write_cluster
 

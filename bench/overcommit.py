@@ -29,13 +29,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from allocator import AllocationResult, ResourceClaim, allocated_device_ids
-from app.cache import ClusterCache
+from app.cluster.cache import ClusterCache
+from app.cluster.objects import claim_from_obj, device_class_from_obj, node_from_obj, slice_from_obj
+from app.cluster.snapshot import SOURCES, SnapshotBinder, SnapshotClaimWriter
 from app.config import parse_config
-from app.metrics import Metrics
-from app.objects import claim_from_obj, device_class_from_obj, node_from_obj, slice_from_obj
-from app.pipeline import DraClaims
+from app.operator.metrics import Metrics
+from app.pipeline.claims import DraClaims
 from app.service import ExtenderService
-from app.snapshot import SOURCES, SnapshotBinder, SnapshotClaimWriter
 from scoring.framework import PodInfo
 
 __all__ = ["Outcome", "audit", "build_service", "cluster_objects", "interleave"]

@@ -30,6 +30,8 @@ def add_amounts(target: dict[K, float], amounts: Mapping[K, float], sign: float 
             target[key] = total
         else:
             target.pop(key, None)
+
+
 # What one pod adds: its ClusterQueue and amounts per (flavor, resource); (None, None) for nothing.
 Contribution = tuple[str | None, Mapping[FlavorResource, float] | None]
 

@@ -31,11 +31,11 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from app.cache import ClusterCache
+from app.cluster.cache import ClusterCache
+from app.cluster.objects import NodeObject
+from app.cluster.snapshot import SnapshotBinder
 from app.config import ExtenderConfiguration
-from app.objects import NodeObject
 from app.service import ExtenderService
-from app.snapshot import SnapshotBinder
 from scoring.framework import PodInfo
 from scoring.kube_scheduler import select_host, select_host_batch
 from scoring.table import EXACT_LIMIT, Int64Array

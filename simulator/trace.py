@@ -11,8 +11,8 @@ from typing import Any
 
 import msgspec
 
-from app.objects import ObjectError, node_from_obj, pod_from_obj
-from app.snapshot import SnapshotError, read_objects
+from app.cluster.objects import ObjectError, node_from_obj, pod_from_obj
+from app.cluster.snapshot import SnapshotError, read_objects
 
 __all__ = [
     "GPU",

@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from app.cache import ClusterCache
+from app.cluster.cache import ClusterCache
+from app.cluster.objects import claim_from_obj, device_class_from_obj, node_from_obj, pod_from_obj, slice_from_obj
+from app.cluster.snapshot import SOURCES, SnapshotBinder, SnapshotClaimWriter
 from app.config import ExtenderConfiguration, parse_config
-from app.metrics import Metrics
-from app.objects import claim_from_obj, device_class_from_obj, node_from_obj, pod_from_obj, slice_from_obj
-from app.server import create_app
+from app.http.server import create_app
+from app.operator.metrics import Metrics
 from app.service import ExtenderService
-from app.snapshot import SOURCES, SnapshotBinder, SnapshotClaimWriter
 
 WIRE_FIXTURES = Path(__file__).parent / "fixtures" / "kube-scheduler-wire"
 

@@ -49,7 +49,7 @@ def test_domain_package_imports_only_its_layers(package: str) -> None:
 
 def test_the_checker_sees_lazy_imports(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
-    module.write_text("import os\n\ndef f():\n    import httpx\n    from app.cache import ClusterCache\n")
+    module.write_text("import os\n\ndef f():\n    import httpx\n    from app.cluster.cache import ClusterCache\n")
     assert _imports(module) == {"os", "httpx", "app"}
 
 
@@ -68,3 +68,47 @@ def test_participants_do_not_import_each_other(participant: str) -> None:
     }
     others = {f"app.pipeline.{other}" for other in PARTICIPANTS if other != participant} | {"app.pipeline"}
     assert not modules & others, sorted(modules & others)
+
+
+# The rooms of app/ -> the other parts of app/ each may import ("app" = the top-level modules that
+# compose them: cli, runtime, service, config, yamlfile). The Kubernetes side knows nothing of the
+# verbs; the pipeline reads the cluster and the wire vocabulary, never the HTTP server.
+ROOMS: dict[str, set[str]] = {
+    "cluster": {"app.operator"},  # watch and bind-less counters
+    "pipeline": {"app.cluster", "app.http.wire", "app"},  # app: the configuration it is built from
+    "http": {"app.operator", "app"},  # the verbs' service, the server's configuration
+    "operator": {"app"},  # /debug reads the service
+}
+
+
+def _room_of(module: str) -> str:
+    """The part of app/ a module is in: "app.cluster.cache" -> "app.cluster"; the HTTP room's wire
+    vocabulary is its own part ("app.http.wire"); top-level modules -> "app"."""
+    parts = module.split(".")
+    if module == "app.http.wire" or module.startswith("app.http.wire."):
+        return "app.http.wire"
+    return f"app.{parts[1]}" if len(parts) > 1 and parts[1] in ROOMS else "app"
+
+
+def _room_imports(path: Path) -> set[str]:
+    """The parts of app/ one module imports (``from app.http import wire`` names the module)."""
+    parts: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and node.module.split(".")[0] == "app":
+            parts.update(_room_of(f"{node.module}.{alias.name}") for alias in node.names)
+    return parts
+
+
+@pytest.mark.parametrize("room", sorted(ROOMS))
+def test_rooms_of_app_import_only_what_they_may(room: str) -> None:
+    allowed = {f"app.{room}"} | ROOMS[room] | ({"app.http.wire"} if room == "http" else set())
+    modules = sorted((ROOT / "app" / room).rglob("*.py"))
+    assert modules
+    wrong = {f"{m.relative_to(ROOT)}: {part}" for m in modules for part in _room_imports(m) - allowed}
+    assert not wrong, sorted(wrong)
+
+
+def test_the_room_checker_sees_what_a_module_imports(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text("from app.http import wire\nfrom app.http.server import create_app\nfrom app.service import X\n")
+    assert _room_imports(module) == {"app.http.wire", "app.http", "app"}

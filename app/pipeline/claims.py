@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from allocator import AllocationError
-from app.dynamicresources import ClaimWriteError, ClaimWriter, DynamicResources, Reservation
+from app.cluster.writes import ClaimWriteError
+from app.pipeline.dynamicresources import ClaimWriter, DynamicResources, Reservation
 from app.pipeline.framework import BindCycle, FilterCycle, FilterError, Participant, Refusal
 from scoring.framework import PodInfo, Status
 

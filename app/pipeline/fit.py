@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from app.cache import ClusterCache
+from app.cluster.cache import ClusterCache
+from app.http.wire import Candidates
 from app.pipeline.framework import BindCycle, FilterCycle, Participant, Refusal
 from app.pipeline.nodes import CandidateNodes
-from app.wire import Candidates
 from scoring import priority_scale
 from scoring.best_scored import best_scored_batch
 from scoring.framework import NodeInfo, PodInfo, Status

@@ -25,7 +25,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
-from app.wire import Candidates
+from app.http.wire import Candidates
 from scoring.framework import NodeInfo, PodInfo
 from scoring.table import Batch, BatchVerdicts
 

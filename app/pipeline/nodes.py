@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from app import wire
-from app.cache import ClusterCache
+from app.cluster.cache import ClusterCache
+from app.http import wire
 from k8s_semantics.quantity import QuantityError
 from scoring.framework import Code, NodeInfo, PodInfo, Status
 from scoring.resources import parse_resource_list

@@ -1,5 +1,5 @@
 """Queues: Kueue ClusterQueues (flavors, quota, fair sharing) and KAI queues, through the
-``app.fairness.Fairness`` adapter over the pure ``fairshare`` policy.
+``app.pipeline.fairness.Fairness`` adapter over the pure ``fairshare`` policy.
 
 Filter drops nodes whose flavor the pod's queue may not use or has no quota left on; bind re-checks
 that (kube-scheduler filters the next pod before the previous one's bind arrives) and records the
@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from app import wire
-from app.fairness import Fairness
-from app.objects import ObjectError, pod_placement
+from app.cluster.objects import ObjectError, pod_placement
+from app.http import wire
+from app.pipeline.fairness import Fairness
 from app.pipeline.framework import BindCycle, FilterCycle, Participant, Refusal, VictimChoice
 from scoring.framework import Code, PodInfo, Status
 

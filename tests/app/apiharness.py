@@ -11,14 +11,14 @@ from typing import Any
 
 import httpx
 
-from app.binding import ApiBinder, ApiClaimWriter
-from app.cache import ClusterCache
+from app.cluster.binding import ApiBinder, ApiClaimWriter
+from app.cluster.cache import ClusterCache
+from app.cluster.kube import KubeClient
+from app.cluster.reflector import DRA_RESOURCES, Reflector, node_resource, pod_resource
 from app.config import parse_config
-from app.kube import KubeClient
-from app.metrics import Metrics
-from app.reflector import DRA_RESOURCES, Reflector, node_resource, pod_resource
+from app.http.server import create_app
+from app.operator.metrics import Metrics
 from app.runtime import readiness
-from app.server import create_app
 from app.service import ExtenderService
 from tests.conftest import claim_obj, device_class_obj, gpu_device, node_obj, slice_obj
 from tests.fakeapi import FakeAPIServer

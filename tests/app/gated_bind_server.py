@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 
 from app.config import load_config
-from app.logs import configure_logging
+from app.http.serving import build_server
+from app.operator.logs import configure_logging
 from app.runtime import build_snapshot_runtime
 from app.service import Binder
-from app.serving import build_server
 
 
 class GatedBinder:

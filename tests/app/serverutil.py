@@ -1,4 +1,4 @@
-"""Run the real uvicorn server (app.serving) in a thread on 127.0.0.1, port 0."""
+"""Run the real uvicorn server (app.http.serving) in a thread on 127.0.0.1, port 0."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import threading
 import time
 from collections.abc import Iterator
 
-from app.serving import ExtenderServer
+from app.http.serving import ExtenderServer
 
 __all__ = ["running"]
 

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from app.auth import BearerTokenGuard, exposure_error, is_loopback
 from app.cli import main
 from app.config import ConfigError, parse_config
-from app.server import create_app
+from app.http.auth import BearerTokenGuard, exposure_error, is_loopback
+from app.http.server import create_app
 from tests.conftest import filter_body, make_service, node_obj, pod_obj
 
 TOKEN = "s3cret-token"

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from app.bindless import LOG_INTERVAL, BindlessPods
-from app.cache import ClusterCache
-from app.metrics import Metrics
-from app.objects import pod_from_obj
+from app.cluster.bindless import LOG_INTERVAL, BindlessPods
+from app.cluster.cache import ClusterCache
+from app.cluster.objects import pod_from_obj
+from app.operator.metrics import Metrics
 from app.service import Binder
 from tests.app.apiharness import Harness, eventually
 from tests.conftest import bind_body, filter_body, node_obj, pod_obj

@@ -7,8 +7,8 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.cache import ClusterCache
-from app.objects import node_from_obj, pod_from_obj
+from app.cluster.cache import ClusterCache
+from app.cluster.objects import node_from_obj, pod_from_obj
 from scoring.framework import Code, Status
 from tests.conftest import node_obj, pod_obj
 
@@ -142,7 +142,7 @@ def test_any_event_order_keeps_usage_exact(ops: list[tuple[str, int, str, bool, 
 
 
 def test_subscribers_get_typed_events_in_the_order_things_change() -> None:
-    from app.cache_events import CacheEvent, Counted, NodeChanged, PodChanged, PodCounted
+    from app.cluster.cache_events import CacheEvent, Counted, NodeChanged, PodChanged, PodCounted
 
     cache = ClusterCache()
     events: list[CacheEvent] = []

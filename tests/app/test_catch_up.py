@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from app.objects import pod_from_obj
+from app.cluster.objects import pod_from_obj
 from app.service import ExtenderService
 from tests.conftest import filter_body, make_service, node_obj, pod_obj
 
@@ -87,7 +87,7 @@ def test_passing_pods_never_wait() -> None:
 def test_a_node_kube_scheduler_knows_and_the_cache_not_yet_waits_for_it() -> None:
     """Nodes added and a pod created at once (seen on a real cluster): kube-scheduler's informer had
     the node, our watch delivered it a moment later."""
-    from app.objects import node_from_obj
+    from app.cluster.objects import node_from_obj
 
     service, _ = _service()
     body = filter_body(pod_obj("p", gpus=1), ["fresh"])

@@ -16,10 +16,10 @@ import pytest
 import yaml
 
 from allocator import DeviceID
-from app.cache import ClusterCache
 from app.cli import main
+from app.cluster.cache import ClusterCache
+from app.cluster.snapshot import SnapshotError, load_snapshot
 from app.config import ConfigError, load_config, parse_config
-from app.snapshot import SnapshotError, load_snapshot
 from tests.conftest import node_obj, pod_obj
 
 ROOT = Path(__file__).resolve().parents[2]

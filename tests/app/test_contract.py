@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from allocator import allocation_to_obj
-from app.objects import node_from_obj
+from app.cluster.objects import node_from_obj
 from tests.conftest import WIRE_FIXTURES, device_class_obj, make_service, slice_obj
 
 INDEX = json.loads((WIRE_FIXTURES / "index.json").read_text())

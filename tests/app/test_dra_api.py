@@ -8,8 +8,8 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from app.binding import FINALIZER, ApiClaimWriter
-from app.dynamicresources import ClaimWriteError
+from app.cluster.binding import FINALIZER, ApiClaimWriter
+from app.cluster.writes import ClaimWriteError
 from tests.app.apiharness import Harness, add_dra_node, eventually
 from tests.app.apiharness import run as run_harness
 from tests.conftest import bind_body, claim_obj, filter_body, pod_obj, with_claims

@@ -13,11 +13,10 @@ from typing import Any
 
 import pytest
 
-from app.debug import debug_view
-from app.dynamicresources import ClaimWriteError
-from app.objects import pod_from_obj
-from app.pipeline import DraClaims
-from app.service import BindError
+from app.cluster.objects import pod_from_obj
+from app.cluster.writes import BindError, ClaimWriteError
+from app.operator.debug import debug_view
+from app.pipeline.claims import DraClaims
 from scoring.framework import Status
 from tests.conftest import (
     bind_body,

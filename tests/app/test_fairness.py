@@ -1,4 +1,4 @@
-"""Queues in the verbs (app/fairness.py over fairshare/): flavor rules in filter, FlavorFairness in
+"""Queues in the verbs (app/pipeline/fairness.py over fairshare/): flavor rules in filter, FlavorFairness in
 prioritize, fair-sharing victims in preempt, KAI fair share, and what /debug shows. Every expected
 number is worked by hand in a comment from the reference (fair-sharing.md) or the example config."""
 
@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
+from app.cluster.objects import node_from_obj, pod_from_obj
 from app.config import ConfigError, ExtenderConfiguration, parse_config
-from app.objects import node_from_obj, pod_from_obj
 from fairshare.config import KAI_QUEUE_LABEL
 from tests.conftest import (
     DRIVER,

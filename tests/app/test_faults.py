@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from app.binding import FINALIZER
+from app.cluster.binding import FINALIZER
 from tests.app.apiharness import GPU, SOURCES, Harness, add_dra_node, eventually, run
 from tests.conftest import bind_body, claim_obj, filter_body, gpu_device, node_obj, pod_obj, slice_obj, with_claims
 from tests.fakeapi import FakeAPIServer

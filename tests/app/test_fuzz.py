@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.config import ExtenderConfiguration
-from app.server import create_app
+from app.http.server import create_app
 from app.service import ExtenderService
 from tests.conftest import (
     WIRE_FIXTURES,

@@ -195,7 +195,7 @@ def test_concurrent_filter_and_bind_over_http_never_overcommit() -> None:
 
     import httpx
 
-    from app.server import create_app
+    from app.http.server import create_app
 
     service = make_service([node_obj("g1", gpus=8)])
     app = create_app(service)
@@ -223,7 +223,7 @@ def test_an_endless_chunked_body_is_cut_at_the_limit() -> None:
     """No Content-Length: reading stops at the first chunk past the limit, the rest is never pulled."""
     import asyncio
 
-    from app.server import BodyTooLarge, _receive_body
+    from app.http.server import BodyTooLarge, _receive_body
 
     pulled = 0
 
@@ -240,8 +240,8 @@ def test_an_endless_chunked_body_is_cut_at_the_limit() -> None:
 def test_chunked_body_over_the_limit_through_a_real_server() -> None:
     import socket
 
-    from app.server import create_app
-    from app.serving import build_server
+    from app.http.server import create_app
+    from app.http.serving import build_server
     from tests.app.serverutil import running
 
     service = make_service([node_obj("g1", gpus=4)], config={"server": {"maxRequestBytes": 4096}})

@@ -1,4 +1,4 @@
-"""The read-only watch of Kueue's queue objects (app/kueue_watch.py), wired by build_cluster_runtime.
+"""The read-only watch of Kueue's queue objects (app/cluster/kueue_watch.py), wired by build_cluster_runtime.
 
 The HTTP tests run the real runtime against the fake API server over 127.0.0.1 (a kubeconfig pointing
 at it), with the real reflectors; the objects are written the way the API server returns Kueue
@@ -18,11 +18,11 @@ import httpx
 import pytest
 import yaml
 
+from app.cluster.kueue_watch import KUEUE_NOT_SERVED, KUEUE_SOURCES, KueueSource
 from app.config import parse_config
-from app.fairness import Fairness
-from app.kueue_watch import KUEUE_NOT_SERVED, KUEUE_SOURCES, KueueSource
+from app.http.server import create_app
+from app.pipeline.fairness import Fairness
 from app.runtime import Runtime, build_cluster_runtime, build_snapshot_runtime
-from app.server import create_app
 from fairshare.config import KUEUE_QUEUE_LABEL, parse_queue_config
 from fairshare.quota import LocalQueue
 from tests.app.apiharness import eventually
@@ -293,7 +293,7 @@ def test_a_parser_bug_is_an_error_not_a_crash(monkeypatch: pytest.MonkeyPatch) -
     def broken(raw: Any, strict: bool = True) -> Any:
         raise TypeError("unhashable type: 'list'")
 
-    monkeypatch.setattr("app.kueue_watch.parse_queue_config", broken)
+    monkeypatch.setattr("app.cluster.kueue_watch.parse_queue_config", broken)
     src.upsert("clusterQueues", with_gpu_quota(cluster_queue_obj("team-a", "4"), "5"))
     assert src.usage.config is good and src.last_error == "unexpected TypeError: unhashable type: 'list'"
 

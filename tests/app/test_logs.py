@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from app.config import ServerConfig
-from app.logs import PER_REQUEST_LOGGERS, TRACE_LOGGERS, configure_logging
-from app.serving import build_server
+from app.http.serving import build_server
+from app.operator.logs import PER_REQUEST_LOGGERS, TRACE_LOGGERS, configure_logging
 from tests.app.apiharness import SOURCES, Harness, eventually
 from tests.conftest import bind_body, filter_body, node_obj, pod_obj
 from tests.fakeapi import FakeAPIServer

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 
-from app.objects import pod_from_obj
+from app.cluster.objects import pod_from_obj
 from bench.overcommit import CONFIG, QUEUE_LABEL, audit, cluster_objects, interleave
 from tests.conftest import make_service, pod_obj
 

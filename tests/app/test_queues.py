@@ -46,7 +46,7 @@ def test_debug_queues_endpoint(client_for: Any) -> None:
 
 
 def test_cache_feeds_queue_usage_incrementally(client_for: Any) -> None:
-    from app.objects import pod_from_obj
+    from app.cluster.objects import pod_from_obj
     from tests.conftest import in_queue, labelled, make_service, pod_obj
 
     def queued(pod: dict[str, Any]) -> dict[str, Any]:
@@ -121,7 +121,7 @@ def test_story1_filter_end_to_end(client_for: Any) -> None:
     assert client.post("/bind", content=bind_body(pod, "spot-1")).json().get("Error", "") == ""
     assert service.queue_usage is not None and service.queue_usage.usage["team-a"][A10] == 4.0
     # Story 1: team-b's pod finishes; team-a reclaims 4 h100 within nominal quota: allowed, share unchanged.
-    from app.objects import pod_from_obj
+    from app.cluster.objects import pod_from_obj
 
     done = pod_obj("b1", gpus=8, node="h100-1", namespace="team-b", uid="b1", phase="Succeeded")
     done["metadata"]["labels"] = {KUEUE_QUEUE_LABEL: "lq-b"}

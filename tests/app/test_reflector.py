@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from app.cache import ClusterCache
+from app.cluster.cache import ClusterCache
 from app.runtime import readiness
 from tests.app.apiharness import Harness, eventually
 from tests.app.apiharness import run as run_harness

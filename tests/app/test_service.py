@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from app import wire
-from app.service import BindError, ExtenderService
-from app.snapshot import SnapshotBinder
+from app.cluster.snapshot import SnapshotBinder
+from app.cluster.writes import BindError
+from app.http import wire
+from app.service import ExtenderService
 from tests.conftest import bind_body, filter_body, make_service, node_obj, pod_obj
 
 
@@ -227,9 +228,9 @@ def _example_cluster_service(config: dict[str, Any] | None = None) -> ExtenderSe
     """A service over examples/cluster.yaml, synced."""
     from pathlib import Path
 
-    from app.cache import ClusterCache
+    from app.cluster.cache import ClusterCache
+    from app.cluster.snapshot import SnapshotBinder, load_snapshot
     from app.config import parse_config
-    from app.snapshot import SnapshotBinder, load_snapshot
 
     cache = ClusterCache()
     load_snapshot(Path(__file__).resolve().parents[2] / "examples" / "cluster.yaml", cache)
@@ -264,7 +265,7 @@ def test_batch_answers_match_explain_on_the_example_cluster(gpus: int) -> None:
 def test_one_structured_log_line_per_decision(caplog: pytest.LogCaptureFixture) -> None:
     import logging
 
-    from app.logs import JsonFormatter
+    from app.operator.logs import JsonFormatter
 
     service = make_service([node_obj("g1", gpus=1)])
     with caplog.at_level(logging.DEBUG, logger="kube_gpu_extender.decisions"):

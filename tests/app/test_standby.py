@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
-from app.reflector import Reflector
+from app.cluster.reflector import Reflector
 from tests.app.apiharness import SOURCES, Harness, add_dra_node, eventually, server_gpus
 from tests.conftest import bind_body, filter_body, node_obj, pod_obj, with_claims
 from tests.fakeapi import FakeAPIServer

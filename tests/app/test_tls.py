@@ -13,9 +13,9 @@ import httpx
 import pytest
 
 from app.config import ConfigError, parse_config
-from app.server import create_app
-from app.serving import ExtenderServer, build_server
-from app.tls import CertificateReloader
+from app.http.server import create_app
+from app.http.serving import ExtenderServer, build_server
+from app.http.tls import CertificateReloader
 from tests.app.pki import Pki, make_pki
 from tests.app.serverutil import running
 from tests.conftest import filter_body, make_service, node_obj, pod_obj

@@ -7,7 +7,7 @@ import json
 import msgspec
 import pytest
 
-from app import wire
+from app.http import wire
 from tests.conftest import make_service, node_obj, pod_obj
 
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import yaml
 
+from app.cluster.kueue_watch import KUEUE_KINDS
 from app.config import parse_config
-from app.kueue_watch import KUEUE_KINDS
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 

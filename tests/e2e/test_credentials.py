@@ -17,7 +17,7 @@ import pytest
 from kubernetes import client
 from kubernetes.config import incluster_config
 
-from app.kube import ApiError, KubeClient
+from app.cluster.kube import ApiError, KubeClient
 from tests.e2e.conftest import Cluster
 from tests.e2e.controlplane import EXTENDER_SA, ControlPlane
 from tests.e2e.process import wait_for

@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
-from app.pipeline import ResourceFit
+from app.cluster.writes import BindError
+from app.pipeline.fit import ResourceFit
 from app.pipeline.framework import BindCycle, FilterCycle, Participant, Pipeline, Refusal, VictimChoice
-from app.service import BindError, ExtenderService
+from app.service import ExtenderService
 from scoring.framework import Code, PodInfo, Status
 from tests.conftest import bind_body, filter_body, make_service, node_obj, pod_obj
 

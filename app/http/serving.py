@@ -15,9 +15,9 @@ from collections.abc import Iterator
 import uvicorn
 from starlette.types import ASGIApp
 
-from app.auth import BearerTokenGuard
 from app.config import ServerConfig
-from app.tls import RELOAD_INTERVAL, CertificateReloader
+from app.http.auth import BearerTokenGuard
+from app.http.tls import RELOAD_INTERVAL, CertificateReloader
 
 __all__ = ["ExtenderServer", "build_server"]
 

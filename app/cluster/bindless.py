@@ -24,9 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from app.cache import ClusterCache
-from app.cache_events import CacheEvent, PodChanged
-from app.metrics import Metrics
+from app.cluster.cache import ClusterCache
+from app.cluster.cache_events import CacheEvent, PodChanged
+from app.operator.metrics import Metrics
 from scoring.framework import PodInfo
 
 __all__ = ["LOG_INTERVAL", "RECENT", "BindlessPods", "BoundWithoutExtender"]

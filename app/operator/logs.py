@@ -21,7 +21,7 @@ __all__ = ["PER_REQUEST_LOGGERS", "TRACE_LOGGERS", "configure_logging"]
 # list, watch, Binding and claim write of the API client). Their lines are DEBUG here.
 PER_REQUEST_LOGGERS = ("httpx",)
 # httpcore's transport trace (a dozen DEBUG lines per request): never shown, even at debug.
-# (uvicorn's access log is off altogether: app/serving.py passes access_log=False.)
+# (uvicorn's access log is off altogether: app/http/serving.py passes access_log=False.)
 TRACE_LOGGERS = ("httpcore",)
 
 

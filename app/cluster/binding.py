@@ -14,9 +14,8 @@ from allocator import (
     parse_allocation,
     parse_resource_claim,
 )
-from app.dynamicresources import ClaimWriteError
-from app.kube import ApiError, KubeClient
-from app.service import BindError
+from app.cluster.kube import ApiError, KubeClient
+from app.cluster.writes import BindError, ClaimWriteError
 from scoring.framework import PodInfo
 
 __all__ = ["FINALIZER", "ApiBinder", "ApiClaimWriter"]

@@ -20,8 +20,8 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.types import Receive, Scope, Send
 
-from app import wire
-from app.debug import debug_view
+from app.http import wire
+from app.operator.debug import debug_view
 from app.service import ExtenderService
 from fairshare.usage import queues_view
 

@@ -22,8 +22,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from app.cache import ClusterCache
-from app.reflector import Resource
+from app.cluster.cache import ClusterCache
+from app.cluster.reflector import Resource
 from fairshare.config import QueueConfig, parse_queue_config
 from fairshare.errors import QueueConfigError
 
@@ -82,7 +82,7 @@ def _strip(obj: Mapping[str, Any], namespaced: bool) -> Obj:
 
 
 class Reconfigurable(Protocol):
-    """What takes a rebuilt configuration: ``app.fairness.Fairness`` (it recounts Kueue and KAI usage)."""
+    """What takes a rebuilt configuration: ``app.pipeline.fairness.Fairness`` (it recounts Kueue and KAI usage)."""
 
     def reconfigure(self, config: QueueConfig) -> None: ...
 
@@ -109,7 +109,7 @@ class KueueSource:
 
     # ---------------------------------------------------------------- reflector callbacks
     def resources(self) -> tuple[Resource, ...]:
-        """One read-only Resource per kind, for app.reflector.Reflector (the cache argument is unused)."""
+        """One read-only Resource per kind, for app.cluster.reflector.Reflector (the cache argument is unused)."""
         return tuple(self._resource(k) for k in KUEUE_KINDS)
 
     def _resource(self, kind: KueueKind) -> Resource:

@@ -34,12 +34,12 @@ from allocator import (
     Unschedulable,
     node_selector_matches,
 )
-from app.dra import DraState
+from app.cluster.dra import DraState
+from app.cluster.writes import ClaimWriteError
 from scoring.framework import Code, PodInfo, Status
 
 __all__ = [
     "RESERVED_FOR_MAX",
-    "ClaimWriteError",
     "ClaimWriter",
     "DynamicResources",
     "PodClaims",
@@ -51,14 +51,6 @@ log = logging.getLogger("kube_gpu_extender.dra")
 RESERVED_FOR_MAX = 256  # ResourceClaimReservedForMaxSize
 REASON_NOT_ON_NODE = "resourceclaim not available on the node"
 REASON_NO_NODE = "node(s) unknown to the GPU extender"
-
-
-class ClaimWriteError(Exception):
-    """A failed claim write; ``definite`` is False when the API may have applied it."""
-
-    def __init__(self, message: str, *, definite: bool = True) -> None:
-        super().__init__(message)
-        self.definite = definite
 
 
 class ClaimWriter(Protocol):

@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from app.cache_events import CacheEvent, Counted, NodeChanged, PodChanged, PodCounted, Subscriber
-from app.dra import DraState
+from app.cluster.cache_events import CacheEvent, Counted, NodeChanged, PodChanged, PodCounted, Subscriber
+from app.cluster.dra import DraState
 from scoring.framework import NodeInfo, PodInfo, Status
 from scoring.table import NodeTable
 
@@ -79,7 +79,7 @@ class ClusterCache:
     def __init__(self, assume_ttl: float = 300.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.assume_ttl = assume_ttl
         self.clock = clock
-        self.nodes: dict[str, Any] = {}  # name -> app.objects.NodeObject
+        self.nodes: dict[str, Any] = {}  # name -> app.cluster.objects.NodeObject
         self.pods: dict[str, PodInfo] = {}
         self.ledger: dict[str, Assumption] = {}
         self.sources: dict[str, SourceState] = {}
@@ -88,7 +88,7 @@ class ClusterCache:
         self._snapshots: dict[str, NodeInfo] = {}
         self.table = NodeTable()  # the same snapshots as columns, for batch filtering and scoring
         self.dra = DraState(clock=clock, inflight_ttl=assume_ttl)  # DRA objects and devices in use
-        # Told of every change as a typed event (app/cache_events.py): queue usage, KAI's pending
+        # Told of every change as a typed event (app/cluster/cache_events.py): queue usage, KAI's pending
         # requests, the pods bound without the extender's /bind.
         self._subscribers: list[Subscriber] = []
         self.nodes_version = 0  # bumped on every node change (cluster totals are recomputed lazily)

@@ -16,11 +16,10 @@ from typing import Any
 import yaml
 
 from allocator import AllocationResult, ResourceClaim, ResourceClaimConsumer
-from app.cache import ClusterCache
-from app.dra import DraState
-from app.dynamicresources import ClaimWriteError
-from app.objects import CONVERTERS, ObjectError
-from app.service import BindError
+from app.cluster.cache import ClusterCache
+from app.cluster.dra import DraState
+from app.cluster.objects import CONVERTERS, ObjectError
+from app.cluster.writes import BindError, ClaimWriteError
 from scoring.framework import PodInfo
 
 __all__ = ["SnapshotBinder", "SnapshotClaimWriter", "SnapshotError", "load_snapshot", "read_objects"]

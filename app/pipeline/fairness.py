@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from app.cache_events import CacheEvent, Counted, NodeChanged, PodChanged, PodCounted
-from app.objects import NodeObject
+from app.cluster.cache_events import CacheEvent, Counted, NodeChanged, PodChanged, PodCounted
+from app.cluster.objects import NodeObject
 from fairshare.admission import Verdict
 from fairshare.assignment import FlavorVerdict, QueuedPod, counted_usage, judge, queued_pod
 from fairshare.config import QueueConfig
@@ -72,7 +72,7 @@ class Fairness:
     def __init__(
         self,
         config: QueueConfig,
-        cache: Any = None,  # app.cache.ClusterCache; None: no pods or nodes but those set here
+        cache: Any = None,  # app.cluster.cache.ClusterCache; None: no pods or nodes but those set here
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.cache = cache

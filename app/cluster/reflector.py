@@ -15,11 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from app.cache import ClusterCache, SourceState
-from app.dra import DraState
-from app.kube import ApiError, GoneError, KubeClient
-from app.metrics import Metrics
-from app.objects import (
+from app.cluster.cache import ClusterCache, SourceState
+from app.cluster.dra import DraState
+from app.cluster.kube import ApiError, GoneError, KubeClient
+from app.cluster.objects import (
     ObjectError,
     claim_from_obj,
     device_class_from_obj,
@@ -27,6 +26,7 @@ from app.objects import (
     pod_from_obj,
     slice_from_obj,
 )
+from app.operator.metrics import Metrics
 
 __all__ = [
     "DRA_RESOURCES",

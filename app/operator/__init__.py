@@ -1,0 +1,1 @@
+"""What operators read: /debug views, Prometheus metrics, structured logs."""

@@ -1,0 +1,38 @@
+"""The pipeline a configuration asks for: resource fit (always), DRA claims, queues."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from app.cluster.cache import ClusterCache
+from app.config import ExtenderConfiguration
+from app.pipeline.claims import DraClaims
+from app.pipeline.dynamicresources import ClaimWriter, DynamicResources
+from app.pipeline.fairness import Fairness, FlavorFairness
+from app.pipeline.fit import ResourceFit
+from app.pipeline.framework import Participant, Pipeline
+from app.pipeline.queues import Queues
+from scoring.managed_fit import ManagedResourcesFit
+
+__all__ = ["build_pipeline"]
+
+
+def build_pipeline(
+    config: ExtenderConfiguration,
+    cache: ClusterCache,
+    claim_writer: ClaimWriter | None,
+    wall_clock: Callable[[], float] = time.time,
+) -> tuple[Pipeline, ResourceFit]:
+    """The participants in order (fit, claims, queues), and the resource fit (the pipeline's scorer)."""
+    cache.dra.proposal_ttl = config.dra.proposalTTLSeconds
+    fairness = Fairness.attach(cache, config.queue_config(), wall_clock)
+    profile = config.build_profile(FlavorFairness(fairness))
+    fit = ResourceFit(cache, profile, ManagedResourcesFit(config.managed_resource_names), config.priorityScale)
+    participants: list[Participant] = [fit]
+    # Pods with ResourceClaims are ours to allocate only when DRA is on and claims can be written.
+    if config.dra.enabled and claim_writer is not None:
+        participants.append(DraClaims(DynamicResources(cache.dra), claim_writer))
+    if fairness is not None:
+        participants.append(Queues(fairness))
+    return Pipeline(participants), fit
