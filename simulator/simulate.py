@@ -254,14 +254,10 @@ class _Scheduler:
         return np.array(scalar, dtype=np.int64)
 
     def free_gpus(self, names: Iterable[str]) -> int:
-        table = self.cache.table
-        rows = [table.index[name] for name in names]
-        allocatable = table.allocatable.get(GPU)
-        if allocatable is None or not rows:
+        batch = self.cache.table.batch(list(names))  # node names are distinct: never None
+        if batch is None or not len(batch):
             return 0
-        requested = table.requested.get(GPU)
-        used = int(requested[rows].sum()) if requested is not None else 0
-        return int(allocatable[rows].sum()) - used
+        return int(batch.allocatable(GPU).sum()) - int(batch.requested(GPU).sum())
 
 
 def _events(pods: Sequence[SimPod], mode: str) -> list[tuple[float, int, int]]:

@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from allocator.types import ResourceClaim
+from app.cluster.cache import ClusterCache
 from app.cluster.cache_events import CacheEvent, Counted, NodeChanged, PodChanged, PodCounted
 from app.cluster.objects import NodeObject
 from fairshare.admission import Verdict
@@ -72,7 +74,7 @@ class Fairness:
     def __init__(
         self,
         config: QueueConfig,
-        cache: Any = None,  # app.cluster.cache.ClusterCache; None: no pods or nodes but those set here
+        cache: ClusterCache | None = None,  # None: no pods or nodes but the signatures set here
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.cache = cache
@@ -87,7 +89,9 @@ class Fairness:
         self.kai.recount(self._kai_shares())
 
     @staticmethod
-    def attach(cache: Any, config: QueueConfig | None, wall_clock: Callable[[], float] = time.time) -> Fairness | None:
+    def attach(
+        cache: ClusterCache, config: QueueConfig | None, wall_clock: Callable[[], float] = time.time
+    ) -> Fairness | None:
         """Fairness fed by the cache: every change of what a pod counts, and every pod and node event."""
         if config is None:
             return None
@@ -131,7 +135,7 @@ class Fairness:
     def _nodes(self) -> Mapping[str, NodeObject]:
         return self.cache.nodes if self.cache is not None else {}
 
-    def _claims(self) -> Mapping[str, Any]:
+    def _claims(self) -> Mapping[str, ResourceClaim]:
         return self.cache.dra.claims if self.cache is not None else {}
 
     def _contribution(
@@ -310,7 +314,7 @@ class Fairness:
         if queued.kind == "kai":
             return self._kai_victims(pod, queued, scheduler_victims)
         node = self._nodes().get(node_name)
-        if node is None:
+        if node is None or self.cache is None:
             return PreemptChoice("drop", reason="node unknown to the GPU extender")
         snap = self.usage.snapshot_without(pod.uid)
         judged = judge(self.config, queued, self.placement(pod.uid), node.labels, snap)
