@@ -149,7 +149,13 @@ class Harness:
         # Deadlines, not sleeps: generous, so a CI machine busy with other work does not fail them.
         await eventually(self.exact, what, timeout=15)
         await eventually(lambda: not self.cache.ledger, f"{what}: the watch confirmed every assumption", timeout=15)
+        # The objects can match before every reflector reports back (an empty list matches at once):
+        # settled also means every source listed and its watch is open, as /readyz and relists read.
+        await eventually(self.watching, f"{what}: every source synced and watching", timeout=15)
         self.cache.check_invariants()
+
+    def watching(self) -> bool:
+        return all(self.cache.source(s).synced and self.cache.source(s).connected for s in SOURCES)
 
     async def readyz(self) -> tuple[int, dict[str, Any]]:
         response = await self.http.get("/readyz")
