@@ -98,10 +98,14 @@ class Profile:
 
     def filter_batch(self, pod: PodInfo, batch: Batch) -> BatchVerdicts:
         """Verdicts for every node of ``batch`` (first failing check wins, as in ``filter``)."""
-        verdicts = BatchVerdicts.passing(len(batch))
+        verdicts: BatchVerdicts | None = None
         for check in self.filters:
-            verdicts.merge_later(check.filter_batch(pod, batch))
-        return verdicts
+            later = check.filter_batch(pod, batch)
+            if verdicts is None:
+                verdicts = later  # the first check's verdicts as they are: nothing to merge into yet
+            else:
+                verdicts.merge_later(later)
+        return verdicts if verdicts is not None else BatchVerdicts.passing(len(batch))
 
     def node_scores_batch(self, pod: PodInfo, batch: Batch, plugin: str | None = None) -> npt.NDArray[np.int64] | None:
         """0..100 scores for every node of ``batch`` (as ``node_score``); None when a plugin cannot batch."""

@@ -183,7 +183,7 @@ class Fairness:
 
     def _kai(self) -> KaiUsage:
         """The KAI ledger with the cluster's totals current (recomputed only after node changes)."""
-        version = getattr(self.cache, "nodes_version", 0)
+        version = self.cache.nodes_version if self.cache is not None else 0
         if version != self._nodes_version:
             self.kai.set_totals(node.allocatable for node in self._nodes().values() if not node.unschedulable)
             self._nodes_version = version

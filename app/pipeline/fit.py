@@ -64,7 +64,7 @@ class ResourceFit(Participant):
         for position in np.flatnonzero(~batch.known).tolist():
             name = names[position]
             verdicts.set(position, self.verdict(pod, name, candidates.allocatable(name))[1])
-        cycle.verdicts.merge_later(verdicts)
+        cycle.merge(verdicts)
 
     # ------------------------------------------------------------------ score
     def node_scores(

@@ -72,6 +72,14 @@ class FilterCycle:
         """Positions of the candidates every participant so far let through."""
         return [int(p) for p in (self.verdicts.codes == 0).nonzero()[0]]
 
+    def merge(self, verdicts: BatchVerdicts) -> None:
+        """A participant's verdicts over every candidate: its failures count where all passed so far
+        (the first failure wins). Taken as they are while nothing has failed yet."""
+        if not self.verdicts.reasons and not self.verdicts.codes.any():
+            self.verdicts = verdicts
+        else:
+            self.verdicts.merge_later(verdicts)
+
 
 @dataclass(slots=True)
 class BindCycle:

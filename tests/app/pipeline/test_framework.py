@@ -192,3 +192,26 @@ def test_explain_shows_each_participant_under_its_name() -> None:
         ("n1", {"by": "a"}, True),
         ("ghost", {"by": "a"}, True),
     ]
+
+
+def test_a_merged_verdict_counts_only_where_every_earlier_one_passed() -> None:
+    """The first participant's verdicts are taken as they are; a later one's failures count only on
+    nodes still passing (the first failure wins, as in kube-scheduler's filter)."""
+    from app.cluster.objects import pod_from_obj
+    from app.http.wire import Candidates
+    from scoring.table import BatchVerdicts
+
+    def verdicts(*failing: tuple[int, str]) -> BatchVerdicts:
+        out = BatchVerdicts.passing(3)
+        for position, reason in failing:
+            out.set(position, Status(Code.UNSCHEDULABLE, reason))
+        return out
+
+    pod = pod_from_obj(pod_obj("p", gpus=1))
+    cycle = FilterCycle(pod, Candidates(["a", "b", "c"]), None, BatchVerdicts.passing(3))
+    first = verdicts((0, "fit: a is full"))
+    cycle.merge(first)
+    assert cycle.verdicts is first
+    cycle.merge(verdicts((0, "later: a"), (1, "later: b")))
+    assert cycle.passing() == [2]
+    assert [cycle.verdicts.status(i).reason for i in (0, 1)] == ["fit: a is full", "later: b"]
