@@ -19,6 +19,7 @@ from typing import Any
 
 from app.cluster.cache_events import CacheEvent, Counted, NodeChanged, PodChanged, PodCounted, Subscriber
 from app.cluster.dra import DraState
+from app.cluster.relist import apply_relist
 from scoring.framework import NodeInfo, PodInfo, Status
 from scoring.table import NodeTable
 
@@ -157,12 +158,7 @@ class ClusterCache:
         self.table.remove(name)
 
     def replace_nodes(self, nodes: Iterable[Any]) -> None:
-        fresh = {node.name: node for node in nodes}
-        for name in list(self.nodes):
-            if name not in fresh:
-                self.delete_node(name)
-        for node in fresh.values():
-            self.upsert_node(node)
+        apply_relist(self.nodes, {node.name: node for node in nodes}, self.delete_node, self.upsert_node)
 
     # ------------------------------------------------------------------ pods
     def upsert_pod(self, pod: PodInfo) -> None:
@@ -180,12 +176,7 @@ class ClusterCache:
 
     def replace_pods(self, pods: Iterable[PodInfo]) -> None:
         """A relist: pods that vanished are deleted, the rest upserted, each accounted once."""
-        fresh = {pod.uid: pod for pod in pods}
-        for uid in list(self.pods):
-            if uid not in fresh:
-                self.delete_pod(uid)
-        for pod in fresh.values():
-            self.upsert_pod(pod)
+        apply_relist(self.pods, {pod.uid: pod for pod in pods}, self.delete_pod, self.upsert_pod)
 
     # ------------------------------------------------------------------ assume ledger
     def assume(self, pod: PodInfo, node: str, check: Callable[[NodeInfo], Status] | None = None) -> Status | None:

@@ -39,6 +39,7 @@ from allocator import (
     SliceIndex,
     allocated_device_ids,
 )
+from app.cluster.relist import apply_relist
 
 __all__ = ["DraState", "InFlight", "Proposal"]
 
@@ -138,15 +139,13 @@ class DraState:
         self._uncount(self.claims.pop(key, None))
 
     def replace_claims(self, claims: Iterable[ResourceClaim]) -> None:
-        fresh = {c.key: c for c in claims}
-        for key in list(self.claims):
-            if key not in fresh:
-                self.delete_claim(key)
-        for claim in fresh.values():
+        def upsert(claim: ResourceClaim) -> None:
             current = self.claims.get(claim.key)
             if current is not None and current.uid != claim.uid:
-                self.delete_claim(claim.key)
+                self.delete_claim(claim.key)  # recreated under the same name: a different claim
             self.upsert_claim(claim)
+
+        apply_relist(self.claims, {c.key: c for c in claims}, self.delete_claim, upsert)
 
     def _uncount(self, claim: ResourceClaim | None) -> None:
         if claim is None or claim.allocation is None:
