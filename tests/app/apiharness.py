@@ -5,6 +5,7 @@ operator endpoints. Shared by the watch, fault, DRA and standby tests, so each s
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -40,13 +41,19 @@ GPU = "nvidia.com/gpu"
 _TERMINAL = ("Succeeded", "Failed")
 
 
-async def eventually(condition: Callable[[], bool], what: str, timeout: float = 5.0) -> None:
-    """Wait for a condition with a deadline (a condition check, not a sleep standing in for sync)."""
+async def eventually(condition: Callable[[], bool | Awaitable[bool]], what: str, timeout: float = 5.0) -> None:
+    """Wait for a condition with a deadline (a condition check, not a sleep standing in for sync).
+    The condition may be a coroutine function (e.g. one that asks the extender over HTTP)."""
     deadline = time.monotonic() + timeout
-    while not condition():
+    while not await _holds(condition):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for: {what}")
         await asyncio.sleep(0.01)
+
+
+async def _holds(condition: Callable[[], bool | Awaitable[bool]]) -> bool:
+    value = condition()
+    return await value if inspect.isawaitable(value) else value
 
 
 def add_dra_node(fake: FakeAPIServer, *claims: str, memory: tuple[str, str] = ("40Gi", "40Gi")) -> None:
