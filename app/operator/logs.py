@@ -17,8 +17,8 @@ import msgspec
 
 __all__ = ["PER_REQUEST_LOGGERS", "TRACE_LOGGERS", "configure_logging"]
 
-# Libraries that log one line per HTTP request at INFO: httpx ("HTTP Request: GET ... 200 OK", every
-# list, watch, Binding and claim write of the API client). Their lines are DEBUG here.
+# Libraries that log one line per HTTP request at INFO; their lines are DEBUG here. (The API client
+# logs its own requests at DEBUG: kube_gpu_extender.api, "HTTP Request: GET ... 200 OK".)
 PER_REQUEST_LOGGERS = ("httpx",)
 # httpcore's transport trace (a dozen DEBUG lines per request): never shown, even at debug.
 # (uvicorn's access log is off altogether: app/http/serving.py passes access_log=False.)

@@ -86,8 +86,8 @@ def test_debug_adds_the_per_request_lines(fake: FakeAPIServer, configured: Calla
     stream = configured("debug")
     exercise(fake)
     logged = lines(stream)
-    requests = [line for line in logged if line["logger"] == "httpx"]
-    # The API client's requests (list, watch, Binding) and the test's own calls, each at debug.
+    requests = [line for line in logged if line["logger"] == "kube_gpu_extender.api"]
+    # The API client's requests (list, watch, Binding), each at debug.
     assert requests and {line["level"] for line in requests} == {"debug"}
     messages = [line["msg"] for line in requests]
     assert any(m.startswith("HTTP Request: GET http://127.0.0.1:") and "/api/v1/pods?" in m for m in messages)
