@@ -22,13 +22,13 @@ from fairshare.requests import kai_amounts
 from fairshare.usage import add_amounts
 from fairshare.victims import PreemptChoice
 
-__all__ = ["Amounts", "KaiUsage", "Share", "Victim"]
+__all__ = ["Amounts", "KaiUsage", "SchedulerVictim", "Share"]
 
 _EPSILON = 1e-9
 Amounts = dict[str, float]
 Share = tuple[str, Amounts]  # a leaf queue and what one pod counts in it
 # A victim kube-scheduler chose: its UID, KAI queue (None: not in one) and what it counts there.
-Victim = tuple[str, str | None, Mapping[str, float]]
+SchedulerVictim = tuple[str, str | None, Mapping[str, float]]
 
 
 def _add(sums: dict[str, Amounts], queue: str, amounts: Mapping[str, float], sign: float) -> None:
@@ -228,7 +228,7 @@ class KaiUsage:
 
     # ------------------------------------------------------------------ preempt
     def reclaim_victims(
-        self, queue: str, amounts: Amounts, scheduler_victims: Sequence[Victim], *, unseen: bool
+        self, queue: str, amounts: Amounts, scheduler_victims: Sequence[SchedulerVictim], *, unseen: bool
     ) -> PreemptChoice:
         """Keep the scheduler's victims that KAI's reclaim rules allow (same queue, or a queue that
         stays above its fair share and a reclaimer within its own); drop the node if none remain.

@@ -48,9 +48,9 @@ class GoneError(ApiError):
 def _failure(exc: BaseException) -> str:
     """A transport failure as operators read it: what went wrong ("ConnectError", "ReadTimeout", ...),
     then the detail."""
-    if isinstance(exc, aiohttp.ClientConnectorError | aiohttp.ClientProxyConnectionError):
+    if isinstance(exc, aiohttp.ClientConnectorError):  # proxy connection failures included
         kind = "ConnectError"
-    elif isinstance(exc, TimeoutError | aiohttp.ServerTimeoutError):
+    elif isinstance(exc, TimeoutError):  # aiohttp's timeouts are TimeoutErrors
         kind = "ReadTimeout"
     elif isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError):
         kind = "RemoteProtocolError"
@@ -245,7 +245,7 @@ class KubeClient:
             ) as response:
                 _logged(response)
                 body = await response.read()
-        except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
+        except TimeoutError as exc:  # aiohttp's ServerTimeoutError included
             failure = f"timed out: {exc or 'no answer in time'}"
             raise ApiError(f"{where} {failure}" if where else failure, reason="Timeout") from exc
         except aiohttp.ClientError as exc:

@@ -17,10 +17,10 @@ import msgspec
 
 __all__ = ["PER_REQUEST_LOGGERS", "TRACE_LOGGERS", "configure_logging"]
 
-# Libraries that log one line per HTTP request at INFO; their lines are DEBUG here. (The API client
-# logs its own requests at DEBUG: kube_gpu_extender.api, "HTTP Request: GET ... 200 OK".)
+# The API client logs its own requests at DEBUG (kube_gpu_extender.api). httpx is no longer the
+# service's client, but an httpx in the same process (an embedding, the test harness) logs a line per
+# request at INFO: those lines are DEBUG here, and httpcore's transport trace never shows.
 PER_REQUEST_LOGGERS = ("httpx",)
-# httpcore's transport trace (a dozen DEBUG lines per request): never shown, even at debug.
 # (uvicorn's access log is off altogether: app/http/serving.py passes access_log=False.)
 TRACE_LOGGERS = ("httpcore",)
 

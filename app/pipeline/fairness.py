@@ -27,11 +27,11 @@ from fairshare.config import QueueConfig
 from fairshare.flavor import PodPlacement
 from fairshare.flavor_fairness import NAME as FLAVOR_FAIRNESS
 from fairshare.flavor_fairness import flavor_fairness_score
-from fairshare.kai_usage import KaiUsage, Share, Victim
+from fairshare.kai_usage import KaiUsage, SchedulerVictim, Share
 from fairshare.preemption import Candidate
-from fairshare.quota import FlavorResource, TreeUsage, Usage
+from fairshare.quota import TreeUsage, Usage
 from fairshare.requests import kai_amounts, kueue_amounts, queue_requests
-from fairshare.usage import QueueUsage, queues_view
+from fairshare.usage import Contribution, QueueUsage, queues_view
 from fairshare.victims import PreemptChoice, kueue_victims
 from scoring.framework import NodeInfo, PodInfo
 
@@ -138,9 +138,7 @@ class Fairness:
     def _claims(self) -> Mapping[str, ResourceClaim]:
         return self.cache.dra.claims if self.cache is not None else {}
 
-    def _contribution(
-        self, uid: str, entry: Counted | None, recorded: tuple[str, Usage] | None
-    ) -> tuple[str | None, dict[FlavorResource, float] | None]:
+    def _contribution(self, uid: str, entry: Counted | None, recorded: tuple[str, Usage] | None) -> Contribution:
         """What a counted pod (node, pod, assumed) adds: its ClusterQueue and (flavor, resource)
         amounts, under the flavors recorded when it was first counted."""
         if entry is None:
@@ -154,7 +152,7 @@ class Fairness:
         requests = kueue_amounts(queue_requests(pod, config, self._claims())[0])
         return cq, counted_usage(config, cq, requests, node.labels, self.placement(uid), recorded)
 
-    def _contributions(self) -> list[tuple[str, tuple[str | None, dict[FlavorResource, float] | None]]]:
+    def _contributions(self) -> list[tuple[str, Contribution]]:
         """Every counted pod's contribution, keeping the flavors each was recorded under."""
         if self.cache is None:
             return []
@@ -172,8 +170,12 @@ class Fairness:
         queue = self.kai.queue_of(dict(pod.queue_labels))
         if queue not in self.kai.queues:
             return None, None
-        share = (queue, kai_amounts(queue_requests(pod, self.config, self._claims())[0]))
+        share = (queue, self._kai_amounts(pod))
         return (share, None) if counted is not None else (None, share)
+
+    def _kai_amounts(self, pod: PodInfo) -> dict[str, float]:
+        """What a pod counts in its KAI queue (KAI units), devices of mapped DeviceClasses included."""
+        return kai_amounts(queue_requests(pod, self.config, self._claims())[0])
 
     def _kai_shares(self) -> Iterable[tuple[str, Share | None, Share | None]]:
         if self.cache is None:
@@ -334,15 +336,14 @@ class Fairness:
     def _kai_victims(self, pod: PodInfo, queued: QueuedPod, scheduler_victims: Sequence[str]) -> PreemptChoice:
         """KAI's reclaim rules over the scheduler's victims, each with its queue and what it counts."""
         kai = self._kai()
-        victims: list[Victim] = []
+        victims: list[SchedulerVictim] = []
         for uid in scheduler_victims:
             counted = self.cache.counted(uid) if self.cache is not None else None
             if counted is None:
                 victims.append((uid, None, {}))
                 continue
             victim = counted[1]
-            requests = queue_requests(victim, self.config, self._claims())[0]
-            victims.append((uid, kai.queue_of(dict(victim.queue_labels)), kai_amounts(requests)))
+            victims.append((uid, kai.queue_of(dict(victim.queue_labels)), self._kai_amounts(victim)))
         amounts = kai_amounts({r: int(v) for r, v in queued.requests.items()})
         # The preemptor is pending: its request counts in the division even before the watch shows it.
         unseen = not kai.is_pending(pod.uid) and self.cache is not None and self.cache.counted(pod.uid) is None
