@@ -175,6 +175,13 @@ class ExtenderConfiguration(_Strict):
         "those the profile scores highest: kube-scheduler then takes a single one without scoring, and "
         "chooses among ties as before). See scoring/best_scored.py.",
     )
+    filterFailures: Literal["Always", "WhenUnschedulable"] = Field(
+        "Always",
+        description="When /filter names a reason for each node it rejects (FailedNodes, "
+        "FailedAndUnresolvableNodes): Always, or WhenUnschedulable (only when no node passes: kube-scheduler "
+        "reads the reasons only then, for its FailedScheduling event and preemption; otherwise a 1,000-node "
+        "answer carries up to 1,000 reasons nobody reads). Keep Always behind a second filtering extender.",
+    )
     cache: CacheConfig = Field(default_factory=CacheConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
     dra: DraConfig = Field(default_factory=DraConfig)

@@ -245,6 +245,8 @@ class ExtenderService:
             self._rejected.move_to_end(pod.uid)
             while len(self._rejected) > _PENDING_PODS:
                 self._rejected.popitem(last=False)
+        if passed and self.config.filterFailures == "WhenUnschedulable":
+            return candidates.result(passed), suspect  # the reasons would be read by nobody
         failed = verdicts.failed(names, Code.UNSCHEDULABLE)
         unresolvable = verdicts.failed(names, Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
         return candidates.result(passed, failed, unresolvable), suspect

@@ -310,3 +310,35 @@ def test_best_scored_filter_passes_a_single_feasible_node_and_nothing_when_none(
         "g1": "Insufficient nvidia.com/gpu",
         "g2": "Insufficient nvidia.com/gpu",
     }
+
+
+@pytest.mark.parametrize("returns", ["Feasible", "BestScored"])
+def test_filter_failures_when_unschedulable_names_reasons_only_when_no_node_passes(returns: str) -> None:
+    """``filterFailures: WhenUnschedulable``: while a node passes, the rejected ones are left out
+    (kube-scheduler reads reasons only for a pod that fits nowhere); when none passes, every
+    reason is there exactly as with ``Always``."""
+    from app.config import parse_config
+
+    nodes = [node_obj("g1", gpus=4), node_obj("g2", gpus=1), node_obj("cpu", gpus=0)]
+    answers = {}
+    for failures in ("Always", "WhenUnschedulable"):
+        config = parse_config({"filterReturns": returns, "filterFailures": failures})
+        service = make_service(nodes, config=config)
+        fits = _filter(service, pod_obj("p", gpus=2), ["g1", "g2", "cpu"])
+        none = _filter(service, pod_obj("q", gpus=8), ["g1", "g2", "cpu"])
+        answers[failures] = (fits, none)
+    (always_fits, always_none), (lean_fits, lean_none) = answers["Always"], answers["WhenUnschedulable"]
+    assert always_fits["FailedAndUnresolvableNodes"] == {
+        "g2": "Insufficient nvidia.com/gpu",
+        "cpu": "Insufficient nvidia.com/gpu",
+    }
+    assert lean_fits["NodeNames"] == always_fits["NodeNames"] == ["g1"]
+    assert lean_fits["FailedNodes"] == {} and lean_fits["FailedAndUnresolvableNodes"] == {}
+    assert lean_none == always_none and len(lean_none["FailedAndUnresolvableNodes"]) == 3
+
+
+def test_filter_failures_is_validated() -> None:
+    from app.config import ConfigError, parse_config
+
+    with pytest.raises(ConfigError, match="filterFailures"):
+        parse_config({"filterFailures": "Sometimes"})
