@@ -8,7 +8,6 @@ as ``msgspec.Raw`` without re-encoding.
 
 from __future__ import annotations
 
-import operator
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -290,14 +289,27 @@ def host_priority_list(names: Sequence[str], scores: Sequence[int]) -> list[dict
     return [{"Host": name, "Score": score} for name, score in zip(names, scores, strict=True)]
 
 
-_SCORE_TAIL = [f"{score}}}".encode() for score in range(11)]  # closes a prebuilt '{"Host":...,"Score":'
+# What closes a prebuilt '{"Host":...,"Score":' for each score 0..10: then a comma, or for the last
+# entry the end of the list.
+_SCORE_TAIL = [f"{score}}},".encode() for score in range(11)]
+_LAST_SCORE_TAIL = [f"{score}}}]".encode() for score in range(11)]
 
 
 def host_priority_raw(prefixes: Iterable[bytes], scores: Sequence[int]) -> msgspec.Raw:
     """``HostPriorityList`` from per-node prebuilt ``{"Host":"<name>","Score":`` prefixes: no dict per
-    node, no re-encoding of names (scores are 0..10)."""
-    body = b",".join(map(operator.add, prefixes, map(_SCORE_TAIL.__getitem__, scores)))
-    return msgspec.Raw(b"[" + body + b"]")
+    node, no re-encoding of names (scores are 0..10), and no bytes object built per node: prefixes
+    and score tails are interleaved in one list and joined once."""
+    hosts = list(prefixes)
+    if len(hosts) != len(scores):
+        raise ValueError(f"{len(hosts)} hosts but {len(scores)} scores")
+    if not hosts:
+        return msgspec.Raw(b"[]")
+    parts = hosts + hosts  # the right length; every other entry is overwritten by a tail below
+    parts[0::2] = hosts
+    parts[1::2] = map(_SCORE_TAIL.__getitem__, scores)
+    parts[0] = b"[" + hosts[0]
+    parts[-1] = _LAST_SCORE_TAIL[scores[-1]]
+    return msgspec.Raw(b"".join(parts))
 
 
 def meta_victims(uids: Sequence[str], pdb_violations: int) -> dict[str, Any]:

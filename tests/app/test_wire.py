@@ -6,6 +6,8 @@ import json
 
 import msgspec
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from app.http import wire
 from tests.conftest import make_service, node_obj, pod_obj
@@ -73,3 +75,18 @@ def test_preempt_victims_that_are_not_pod_objects_are_a_wire_error(victim: objec
     body = json.dumps({"Pod": pod_obj("p", gpus=1), "NodeNameToVictims": {"g1": {"Pods": [victim]}}}).encode()
     with pytest.raises(wire.WireError, match="victims of node g1: a victim is not a Pod object"):
         wire.decode_preempt_args(body)
+
+
+@given(st.lists(st.tuples(st.text(min_size=1, max_size=20), st.integers(min_value=0, max_value=10)), max_size=30))
+def test_host_priority_raw_is_the_host_priority_list(entries: list[tuple[str, int]]) -> None:
+    """The prebuilt answer is byte for byte what encoding the HostPriorityList gives."""
+    prefixes = [b'{"Host":' + json.dumps(name).encode() + b',"Score":' for name, _ in entries]
+    scores = [score for _, score in entries]
+    names = [name for name, _ in entries]
+    raw = wire.host_priority_raw(prefixes, scores)
+    assert json.loads(bytes(raw)) == json.loads(wire.encode(wire.host_priority_list(names, scores)))
+
+
+def test_host_priority_raw_refuses_a_score_count_that_does_not_match() -> None:
+    with pytest.raises(ValueError, match="2 hosts but 1 scores"):
+        wire.host_priority_raw([b'{"Host":"a","Score":', b'{"Host":"b","Score":'], [3])
