@@ -26,7 +26,6 @@ from app.http import wire
 from app.runtime import build_snapshot_runtime
 from bench.cluster import build_cluster, encode, filter_body_names, filter_body_nodes, pending_pods, write_cluster
 
-
 CLOCKS = {"wall": time.perf_counter_ns, "cpu": time.thread_time_ns}
 _clock = time.perf_counter_ns
 
@@ -74,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     gc.freeze()  # as Runtime.start does in the server
     gc.set_threshold(50_000, 20, 20)
 
-    print(f"{args.mode} mode, {args.nodes:,} nodes, body {len(bodies[0]) / 1024:.0f} KiB, median of {args.requests}, {args.clock} clock")
+    size = len(bodies[0]) / 1024
+    print(f"{args.mode} mode, {args.nodes:,} nodes, body {size:.0f} KiB, median of {args.requests}, {args.clock} clock")
     for pod, body in zip(pending_pods(), bodies, strict=True):
         filtered = service.filter(body)
         scored = service.prioritize(body)

@@ -163,9 +163,11 @@ class KubeClient:
         if self._session is not None:
             await self._session.close()
 
-    async def list(self, path: str, *, field_selector: str = "", limit: int = 500) -> tuple[list[dict[str, Any]], str]:
-        """All items (paginated) and the list's resourceVersion."""
-        items: list[dict[str, Any]] = []
+    async def list_pages(
+        self, path: str, *, field_selector: str = "", limit: int = 500
+    ) -> AsyncIterator[tuple[list[dict[str, Any]], str]]:
+        """The list page by page, each with the list's resourceVersion once it is known (the last
+        page's): a caller that converts each page as it comes never holds 150,000 raw pods at once."""
         params: dict[str, Any] = {"limit": limit}
         if field_selector:
             params["fieldSelector"] = field_selector
@@ -181,11 +183,22 @@ class KubeClient:
             if response.status != 200:
                 raise _error(response.status, response.reason or "", response.headers, body)
             page = _decode(body)
-            items.extend(page.get("items") or [])
+            del body
             metadata = page.get("metadata") or {}
             if not metadata.get("continue"):
-                return items, str(metadata.get("resourceVersion", ""))
+                yield page.get("items") or [], str(metadata.get("resourceVersion", ""))
+                return
+            yield page.get("items") or [], ""
             params["continue"] = metadata["continue"]
+
+    async def list(self, path: str, *, field_selector: str = "", limit: int = 500) -> tuple[list[dict[str, Any]], str]:
+        """All items (paginated) and the list's resourceVersion."""
+        items: list[dict[str, Any]] = []
+        resource_version = ""
+        async for page, version in self.list_pages(path, field_selector=field_selector, limit=limit):
+            items.extend(page)
+            resource_version = version
+        return items, resource_version
 
     @contextlib.asynccontextmanager
     async def watch(

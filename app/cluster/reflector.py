@@ -52,11 +52,16 @@ class Resource:
     name: str
     path: str
     field_selector: str
-    replace: Callable[[ClusterCache, list[dict[str, Any]]], None]
+    replace: Callable[[ClusterCache, list[Any]], None]  # gets the listed items as ``convert`` made them
     upsert: Callable[[ClusterCache, dict[str, Any]], object]  # what it returns is not used
     delete: Callable[[ClusterCache, dict[str, Any]], None]
     # What a 404 on the collection means (an API group that is not served), for /readyz; "" keeps the bare error.
     not_found: str = ""
+    # What the cache keeps of a listed item, applied page by page so that a list of 150,000 pods never
+    # sits in memory as raw JSON objects all at once; an item it refuses (ObjectError) is logged and
+    # skipped. None keeps the items as they are.
+    convert: Callable[[dict[str, Any]], Any] | None = None
+    kind: str = ""  # the object kind, for log lines
 
 
 def _convert_all(items: list[dict[str, Any]], convert: Callable[[dict[str, Any]], Any], what: str) -> list[Any]:
@@ -87,18 +92,22 @@ node_resource = Resource(
     name="nodes",
     path="/api/v1/nodes",
     field_selector="",
-    replace=lambda cache, items: cache.replace_nodes(_convert_all(items, node_from_obj, "Node")),
+    replace=ClusterCache.replace_nodes,
     upsert=lambda cache, obj: cache.upsert_node(node_from_obj(obj)),
     delete=lambda cache, obj: cache.delete_node(_name(obj)),
+    convert=node_from_obj,
+    kind="Node",
 )
 
 pod_resource = Resource(
     name="pods",
     path="/api/v1/pods",
     field_selector=NON_TERMINAL_PODS,
-    replace=lambda cache, items: cache.replace_pods(_convert_all(items, pod_from_obj, "Pod")),
+    replace=ClusterCache.replace_pods,
     upsert=lambda cache, obj: cache.upsert_pod(pod_from_obj(obj)),
     delete=lambda cache, obj: cache.delete_pod(_uid(obj)),
+    convert=pod_from_obj,
+    kind="Pod",
 )
 
 _DRA = "/apis/resource.k8s.io/v1"
@@ -118,9 +127,11 @@ def _dra_resource(
         name=plural,
         path=f"{_DRA}/{plural}",
         field_selector="",
-        replace=lambda cache, items: replace(cache.dra, _convert_all(items, convert, kind)),
+        replace=lambda cache, items: replace(cache.dra, items),
         upsert=lambda cache, obj: upsert(cache.dra, convert(obj)),
         delete=lambda cache, obj: delete(cache.dra, key(obj)),
+        convert=convert,
+        kind=kind,
     )
 
 
@@ -221,9 +232,13 @@ class Reflector:
         log.log(level, "%s: watch interrupted: %s", self.resource.name, self.state.last_error)
 
     async def _list(self) -> None:
-        items, resource_version = await self.client.list(
+        convert, resource_version = self.resource.convert, ""
+        items: list[Any] = []
+        async for page, version in self.client.list_pages(
             self.resource.path, field_selector=self.resource.field_selector
-        )
+        ):
+            items.extend(page if convert is None else _convert_all(page, convert, self.resource.kind))
+            resource_version = version
         self.resource.replace(self.cache, items)
         self.resource_version = resource_version
         now = self.cache.clock()

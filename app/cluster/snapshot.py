@@ -7,12 +7,12 @@ array). Binds and claim writes are recorded in memory.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import yaml
 
 from allocator import AllocationResult, ResourceClaim, ResourceClaimConsumer
@@ -22,7 +22,7 @@ from app.cluster.objects import CONVERTERS, ObjectError
 from app.cluster.writes import BindError, ClaimWriteError
 from scoring.framework import PodInfo
 
-__all__ = ["SnapshotBinder", "SnapshotClaimWriter", "SnapshotError", "load_snapshot", "read_objects"]
+__all__ = ["SnapshotBinder", "SnapshotClaimWriter", "SnapshotError", "iter_objects", "load_snapshot", "read_objects"]
 
 SOURCES = ("nodes", "pods", "deviceclasses", "resourceclaims", "resourceslices")
 FINALIZER = "resource.kubernetes.io/delete-protection"
@@ -41,9 +41,8 @@ def _flatten(doc: Any, where: str) -> Iterator[dict[str, Any]]:
         return
     if not isinstance(doc, dict):
         raise SnapshotError(f"{where}: expected a Kubernetes object or List, got {type(doc).__name__}")
-    kind = doc.get("kind", "")
-    if kind == "List" or kind.endswith("List") or ("items" in doc and "kind" not in doc):
-        item_kind = kind[: -len("List")] if kind.endswith("List") and kind != "List" else ""
+    if _is_list(doc):
+        item_kind = _item_kind(doc.get("kind", ""))
         for index, item in enumerate(doc.get("items") or []):
             if isinstance(item, dict) and item_kind and "kind" not in item:
                 item = {**item, "kind": item_kind}
@@ -52,26 +51,80 @@ def _flatten(doc: Any, where: str) -> Iterator[dict[str, Any]]:
     yield doc
 
 
-def read_objects(path: str | Path) -> list[dict[str, Any]]:
+def _is_list(doc: Mapping[str, Any]) -> bool:
+    kind = doc.get("kind", "")
+    return kind == "List" or (isinstance(kind, str) and kind.endswith("List")) or ("items" in doc and "kind" not in doc)
+
+
+def _item_kind(list_kind: Any) -> str:
+    """ "Pod" for a "PodList"; "" for a plain "List", whose items name their kind."""
+    return list_kind[: -len("List")] if isinstance(list_kind, str) and list_kind.endswith("List") else ""
+
+
+# JSON snapshots are split object by object without decoding them whole: a 300 MB file of 150,000
+# pods decoded at once would take several GB as Python objects (and leave the heap that large).
+_json_shallow = msgspec.json.Decoder(list[msgspec.Raw] | dict[str, msgspec.Raw] | None)
+_json_any = msgspec.json.Decoder()
+
+
+def _flatten_json(raw: bytes | msgspec.Raw, where: str, item_kind: str = "") -> Iterator[dict[str, Any]]:
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        shallow = _json_shallow.decode(raw)
+    except msgspec.ValidationError:
+        value = _json_any.decode(raw)
+        raise SnapshotError(f"{where}: expected a Kubernetes object or List, got {type(value).__name__}") from None
+    if shallow is None:
+        return
+    if isinstance(shallow, list):
+        for index, item in enumerate(shallow):
+            yield from _flatten_json(item, f"{where}[{index}]")
+        return
+    head: dict[str, Any] = {"kind": _json_any.decode(shallow["kind"])} if "kind" in shallow else {}
+    if "items" in shallow:
+        head["items"] = True  # only its presence matters here
+    if _is_list(head):
+        items = _json_shallow.decode(shallow["items"])
+        if not isinstance(items, list | None):
+            raise SnapshotError(f"{where}.items: expected a list")
+        kind = _item_kind(head.get("kind", ""))
+        for index, item in enumerate(items or ()):
+            yield from _flatten_json(item, f"{where}.items[{index}]", kind)
+        return
+    obj = _json_any.decode(raw)
+    if item_kind and "kind" not in obj:
+        obj["kind"] = item_kind
+    yield obj
+
+
+def iter_objects(path: str | Path) -> Iterator[dict[str, Any]]:
+    """The Kubernetes objects of a snapshot file, one at a time (JSON is never held decoded whole)."""
+    try:
+        data = Path(path).read_bytes()
     except OSError as exc:
         raise SnapshotError(f"cannot read snapshot {path}: {exc.strerror}") from None
+    if data.lstrip()[:1] in (b"{", b"["):
+        try:
+            yield from _flatten_json(data, "document 0")
+        except msgspec.DecodeError as exc:
+            raise SnapshotError(f"{path}: not valid JSON or YAML: {exc}") from None
+        return
     try:
-        docs = [json.loads(text)] if text.lstrip().startswith(("{", "[")) else list(yaml.safe_load_all(text))
+        docs = list(yaml.safe_load_all(data.decode("utf-8")))
     except (ValueError, yaml.YAMLError) as exc:
         raise SnapshotError(f"{path}: not valid JSON or YAML: {exc}") from None
-    objects: list[dict[str, Any]] = []
     for index, doc in enumerate(docs):
-        objects.extend(_flatten(doc, f"document {index}"))
-    return objects
+        yield from _flatten(doc, f"document {index}")
+
+
+def read_objects(path: str | Path) -> list[dict[str, Any]]:
+    return list(iter_objects(path))
 
 
 def load_snapshot(path: str | Path, cache: ClusterCache) -> dict[str, int]:
     """Fill ``cache``; unknown kinds are counted and skipped, bad objects are an error naming them."""
     found: dict[str, list[Any]] = {kind: [] for kind in CONVERTERS}
     skipped = 0
-    for obj in read_objects(path):
+    for obj in iter_objects(path):
         convert = CONVERTERS.get(obj.get("kind", ""))
         if convert is None:
             skipped += 1

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -200,3 +201,37 @@ def test_serve_on_the_bundled_example() -> None:
     ]
     assert {line["logger"] for line in logged} == {"kube_gpu_extender", "kube_gpu_extender.decisions", "uvicorn.error"}
     assert not [line for line in logged if "/readyz" in line["msg"] or "/filter" in line["msg"]]
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {"kind": "List", "items": [{"kind": "Node", "metadata": {"name": "a"}}, {"kind": "Pod", "spec": {}}]},
+        {"kind": "PodList", "items": [{"metadata": {"name": "p"}}, {"kind": "Pod", "metadata": {"name": "q"}}]},
+        [{"kind": "NodeList", "items": [{"metadata": {"name": "n"}}]}, {"kind": "Node"}, None, []],
+        {"items": [{"kind": "Node", "metadata": {"name": "untyped list"}}], "metadata": {}},
+        {"kind": "Node", "metadata": {"name": "one", "labels": {"items": "x"}}, "items": None},
+        {"kind": "List", "items": None},
+    ],
+)
+def test_json_snapshots_split_object_by_object_as_yaml_ones_are(tmp_path: Path, doc: Any) -> None:
+    """The streaming JSON reader finds exactly the objects the whole-document reader finds."""
+    from app.cluster.snapshot import iter_objects
+
+    as_json, as_yaml = tmp_path / "s.json", tmp_path / "s.yaml"
+    as_json.write_text(json.dumps(doc))
+    as_yaml.write_text(yaml.safe_dump(doc))
+    assert list(iter_objects(as_json)) == list(iter_objects(as_yaml))
+
+
+def test_json_snapshot_errors_name_the_place(tmp_path: Path) -> None:
+    from app.cluster.snapshot import iter_objects
+
+    scalar = tmp_path / "scalar.json"
+    scalar.write_text(json.dumps({"kind": "List", "items": [{"kind": "Node"}, 3]}))
+    with pytest.raises(SnapshotError, match=r"document 0.items\[1\]: expected a Kubernetes object or List, got int"):
+        list(iter_objects(scalar))
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"kind": "List", "items": [{"kind": "Node"},]}')
+    with pytest.raises(SnapshotError, match="not valid JSON or YAML"):
+        list(iter_objects(broken))

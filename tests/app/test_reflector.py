@@ -175,3 +175,23 @@ def test_bind_uid_precondition(fake: FakeAPIServer) -> None:
         assert "old-uid" not in h.cache.ledger
 
     run(fake, body)
+
+
+def test_a_paged_list_is_converted_page_by_page_and_skips_only_the_unusable(fake: FakeAPIServer) -> None:
+    """1,201 pods come in three pages of at most 500; the one with a broken quantity on the last page
+    is skipped (logged), every other one is counted once."""
+    fake.add(node_obj("g1", gpus=2000))
+    for i in range(1200):
+        fake.add(pod_obj(f"p{i}", gpus=1, node="g1", phase="Running"))
+    broken = pod_obj("broken", gpus=1, node="g1", phase="Running")
+    broken["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "lots"
+    fake.add(broken)
+
+    async def body(h: Harness) -> None:
+        await eventually(lambda: h.service.not_ready_reason() == "", "initial sync")
+        assert len(h.cache.pods) == 1200
+        assert h.cache.usage("g1").requested["nvidia.com/gpu"] == 1200
+
+    run(fake, body)
+    pod_lists = [t for _, m, t in fake.request_log if m == "GET" and t.startswith("/api/v1/pods?") and "watch" not in t]
+    assert len(pod_lists) == 3 and sum("continue=" in t for t in pod_lists) == 2
