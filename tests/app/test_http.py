@@ -258,3 +258,14 @@ def test_chunked_body_over_the_limit_through_a_real_server() -> None:
                 response += chunk
         assert response.startswith(b"HTTP/1.1 200")
         assert b"request body exceeds the limit of 4096 bytes" in response
+
+
+@pytest.mark.parametrize("verb", VERBS)
+def test_verb_answers_carry_the_handler_time_as_server_timing(client: Any, verb: str) -> None:
+    """``Server-Timing: extender;dur=<ms>``: the server's share of the round trip, for benchmarks."""
+    import re
+
+    response = client.post(verb, content=filter_body(pod_obj("p", gpus=1), ["g1"]))
+    match = re.fullmatch(r"extender;dur=(\d+\.\d{3})", response.headers["server-timing"])
+    assert response.status_code == 200 and match is not None
+    assert 0 < float(match[1]) < 60_000
