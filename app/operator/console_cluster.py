@@ -8,6 +8,7 @@ the requested page get cells and rows.
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -177,7 +178,15 @@ class _NameOrder:
         return self.models
 
 
-_ORDER = _NameOrder()
+# One per cache (tests run several services in a process), dropped with it.
+_ORDERS: weakref.WeakKeyDictionary[Any, _NameOrder] = weakref.WeakKeyDictionary()
+
+
+def _order(service: ExtenderService) -> _NameOrder:
+    order = _ORDERS.get(service.cache)
+    if order is None:
+        order = _ORDERS[service.cache] = _NameOrder()
+    return order
 
 
 # ---------------------------------------------------------------------------------------------- numbers
@@ -360,7 +369,7 @@ def _matches(service: ExtenderService, names: Iterable[str], query: ClusterQuery
 def _models(service: ExtenderService, names: list[str]) -> list[str]:
     """Every GPU model of the cluster, for the filter's choices."""
     nodes = service.cache.nodes
-    found = set(_ORDER.labelled_models(service))
+    found = set(_order(service).labelled_models(service))
     if len(service.cache.dra.slices):  # DRA product names only when there are slices at all
         for n in names:
             found.update(node_models(service, n, nodes[n].labels))
@@ -369,7 +378,7 @@ def _models(service: ExtenderService, names: list[str]) -> list[str]:
 
 def cluster_page(service: ExtenderService, query: ClusterQuery) -> ClusterPage:
     """The matching nodes' totals and the rows of one page (a page past the end shows the last)."""
-    names = _ORDER.of(service)
+    names = _order(service).of(service)
     matching = _matches(service, names, query)
     totals = _totals(service, matching)
     pages = max(1, math.ceil(len(matching) / query.size))
