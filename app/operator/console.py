@@ -36,6 +36,7 @@ from app.operator.console_views import (
     parse_pod_text,
     pending_pods,
     queues_page,
+    requests_text,
     version,
 )
 
@@ -60,6 +61,7 @@ _env = jinja2.Environment(
 )
 _env.filters["clock"] = clock_time
 _env.filters["detail"] = detail_text
+_env.filters["requests"] = requests_text
 _env.filters["pct"] = lambda v: f"{100 * v:.1f} %"
 _env.filters["num"] = lambda v: "" if v is None else (f"{v:g}" if isinstance(v, float) else str(v))
 

@@ -46,13 +46,28 @@ def clock_time(at: float) -> str:
     return time.strftime("%H:%M:%S", time.gmtime(at))
 
 
-def _requests_text(requests: Mapping[str, Any]) -> str:
-    return ", ".join(f"{k}={_number(v)}" for k, v in sorted(requests.items()))
+_BINARY_UNITS = (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
+
+
+def quantity(resource: str, value: float, *, milli_cpu: bool = True) -> str:
+    """An amount as an operator writes it: cpu in cores (the cache counts millicores, Kueue cores),
+    memory and storage in binary units when they divide evenly, anything else as a number."""
+    if resource == "cpu":
+        return _number(value / 1000 if milli_cpu else value)
+    if resource == "memory" or "storage" in resource or resource.startswith("hugepages-"):
+        for suffix, size in _BINARY_UNITS:
+            if value >= size and value % size == 0:
+                return f"{int(value // size)}{suffix}"
+    return _number(value)
+
+
+def requests_text(requests: Mapping[str, float], *, milli_cpu: bool = True) -> str:
+    return ", ".join(f"{k}: {quantity(k, v, milli_cpu=milli_cpu)}" for k, v in sorted(requests.items()))
 
 
 def _number(value: Any) -> str:
     if isinstance(value, float):
-        return f"{value:g}"
+        return str(int(value)) if value.is_integer() and abs(value) < 1e15 else f"{value:g}"
     return str(value)
 
 
@@ -62,6 +77,8 @@ def detail_text(value: Any) -> str:
         return ", ".join(f"{k}: {detail_text(v)}" for k, v in value.items())
     if isinstance(value, list | tuple):
         return ", ".join(detail_text(v) for v in value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
     if isinstance(value, float):
         return _number(value)
     return str(value)
@@ -180,7 +197,9 @@ def queues_page(service: ExtenderService) -> dict[str, Any]:
                 why = why_pending(verbs.get(pod.key), queue.get(pod.key))
                 if queued.missing:
                     why = f"{queued.missing}; {why}"
-                requests = _requests_text(queued.requests or pod.resources.requests)
+                # Kueue counts cpu in cores, KAI and the cache in millicores.
+                kueue = queued.kind == "kueue" and bool(queued.requests)
+                requests = requests_text(queued.requests or pod.resources.requests, milli_cpu=not kueue)
                 pending.append(PendingRow(pod.key, pod.uid, queued.queue, queued.kind, requests, why))
     decisions = list(reversed(view.get("decisions", [])))[:50]
     return {

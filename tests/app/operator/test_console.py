@@ -403,3 +403,14 @@ def test_the_console_has_the_debug_guard(tmp_path: Path) -> None:
         assert client.post("/ui/explain", data={"pod": "x"}).status_code == 401
         assert client.get("/healthz").status_code == 200
     assert not is_protected("/uix") and not is_protected("/filter") and is_protected("/debug/anything")
+
+
+def test_amounts_read_as_an_operator_writes_them() -> None:
+    from app.operator.console_views import detail_text, quantity
+
+    assert quantity("cpu", 48000) == "48" and quantity("cpu", 2.5, milli_cpu=False) == "2.5"
+    assert quantity("memory", 64 * 2**30) == "64Gi" and quantity("memory", 1000.0) == "1000"
+    assert quantity("nvidia.com/gpu", 8.0) == "8"
+    assert detail_text({"borrowing": False, "failed": {"Insufficient nvidia.com/gpu": 3}}) == (
+        "borrowing: false, failed: Insufficient nvidia.com/gpu: 3"
+    )
