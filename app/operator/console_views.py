@@ -3,6 +3,7 @@ and /debug/explain answer (the same functions), arranged for a page. Pure reads 
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Mapping
@@ -35,7 +36,9 @@ MAX_PENDING = 200  # pending pods listed on a page
 _DECISION_COLUMNS = frozenset({"time", "verb", "pod", "outcome", "source"})
 
 
+@functools.cache
 def version() -> str:
+    """The installed package's version (read once: it does not change while the process runs)."""
     try:
         return metadata.version("kube-gpu-extender")
     except metadata.PackageNotFoundError:
