@@ -413,8 +413,13 @@ class ExtenderService:
         give, and under each other participant's name what it says about the node (for a pod with
         claims, "dra"; for a queued pod, "fairness": queue, flavors, quota verdict, FlavorFairness)."""
         args = wire.decode_extender_args(body)
-        pod = self._pod(args.pod_raw)
-        candidates = wire.Candidates.of(args)
+        return self.explain_pod(self._pod(args.pod_raw), wire.Candidates.of(args))
+
+    def explain_pod(self, pod: PodInfo, candidates: wire.Candidates | list[str]) -> dict[str, Any]:
+        """``explain`` for a pod already parsed (the operator console explains pending pods of the cache)
+        over candidates, or over these node names as the cache knows them."""
+        if isinstance(candidates, list):
+            candidates = wire.Candidates(list(dict.fromkeys(candidates)))
         nodes = self.resources.explain_nodes(pod, candidates)
         for participant in self.pipeline.at("explain", pod):
             detail = participant.explain(pod, candidates.names)

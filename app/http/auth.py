@@ -1,4 +1,4 @@
-"""Who may read /debug and /metrics when the extender is reachable from beyond its pod.
+"""Who may read /debug, /metrics and the console (/ui) when the extender is reachable from beyond its pod.
 
 On loopback (the sidecar default) only processes in the pod's network namespace can connect, so
 the operator surface is open. Bound elsewhere, it needs a verified client certificate (mTLS, at the
@@ -13,9 +13,24 @@ from pathlib import Path
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-__all__ = ["PROTECTED_PATHS", "BearerTokenGuard", "exposure_error", "is_loopback", "read_token"]
+__all__ = [
+    "PROTECTED_PATHS",
+    "PROTECTED_PREFIXES",
+    "BearerTokenGuard",
+    "exposure_error",
+    "is_loopback",
+    "is_protected",
+    "read_token",
+]
 
-PROTECTED_PATHS = frozenset({"/debug", "/debug/explain", "/metrics"})
+PROTECTED_PATHS = frozenset({"/debug", "/metrics", "/ui"})
+# Everything under these: /debug/explain, /debug/queues, the console's pages and assets.
+PROTECTED_PREFIXES = ("/debug/", "/ui/")
+
+
+def is_protected(path: str) -> bool:
+    """Whether ``path`` is part of the operator surface (the probes and the verbs are not)."""
+    return path.rstrip("/") in PROTECTED_PATHS or path.startswith(PROTECTED_PREFIXES)
 
 
 def read_token(path: str) -> bytes:
@@ -39,12 +54,12 @@ def is_loopback(host: str) -> bool:
 
 
 def exposure_error(host: str, client_ca_file: str | None, debug_token_file: str | None) -> str | None:
-    """Why serving on ``host`` would expose /debug and /metrics to anyone, or None."""
+    """Why serving on ``host`` would expose /debug, /metrics and the console to anyone, or None."""
     if is_loopback(host) or client_ca_file is not None or debug_token_file is not None:
         return None
     return (
-        f"--host {host} is not a loopback address: /debug and /metrics would be open to the network; "
-        "set server.tls.clientCAFile (mTLS) or server.debugTokenFile (bearer token), bind 127.0.0.1, "
+        f"--host {host} is not a loopback address: /debug, /metrics and the console (/ui) would be open to the "
+        "network; set server.tls.clientCAFile (mTLS) or server.debugTokenFile (bearer token), bind 127.0.0.1, "
         "or accept it with --allow-unauthenticated-debug"
     )
 
@@ -61,7 +76,7 @@ class BearerTokenGuard:
         self.token_file = token_file
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"].rstrip("/") in PROTECTED_PATHS and not self._authorized(scope):
+        if scope["type"] == "http" and is_protected(scope["path"]) and not self._authorized(scope):
             body = b'{"error":"unauthorized: send Authorization: Bearer <the token in server.debugTokenFile>"}'
             headers = [
                 (b"content-type", b"application/json"),

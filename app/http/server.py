@@ -21,6 +21,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.types import Receive, Scope, Send
 
 from app.http import wire
+from app.operator.console import mount_console
 from app.operator.debug import debug_view
 from app.service import ExtenderService
 from fairshare.usage import queues_view
@@ -106,6 +107,7 @@ def create_app(
         except wire.WireError as exc:
             return JSONResponse({"error": f"invalid request: {exc}"}, status_code=400)
 
+    mount_console(app, service)  # the operator pages under /ui, behind the verbs like every other route
     return ExtenderVerbs(service, app)
 
 
