@@ -136,6 +136,11 @@ class BatchVerdicts:
             )
         )
 
+    def failed_at(self, code: Code) -> tuple[npt.NDArray[np.intp], Int64Array]:
+        """Positions of the nodes with ``code`` and the index of each one's reason in ``reasons``."""
+        positions = np.flatnonzero(self.codes == CODES.index(code))
+        return positions, self.reason_index[positions]
+
     def reason_counts(self) -> dict[str, int]:
         """How many nodes failed for each reason (for metrics and the decision log)."""
         failing = self.reason_index[self.reason_index >= 0]
@@ -171,8 +176,11 @@ class NodeTable:
         self.type_bits: dict[str, int] = {}
         self.type_overflow = False
         self.exact = True
-        # Per row, the start of this node's HostPriority in JSON: '{"Host":"<name>","Score":'.
+        # Per row, JSON fragments answers are assembled from without encoding names per request:
+        # the start of the node's HostPriority, '{"Host":"<name>","Score":', and its name as the key
+        # of a map of node name to reason, '"<name>":'.
         self.host_prefix: list[bytes] = []
+        self.name_key: list[bytes] = []
         # Recent name lists and their rows. kube-scheduler sends the same candidates again (rotated
         # by its start index), and prioritize gets filter's survivors: comparing strings is several
         # times cheaper than hashing them into ``index``. Valid while ``_version`` is unchanged.
@@ -205,9 +213,12 @@ class NodeTable:
                 row = self._next_row
                 self._next_row += 1
                 self.host_prefix.append(b"")
+                self.name_key.append(b"")
             self.index[name] = row
             self._version += 1
-            self.host_prefix[row] = b'{"Host":' + json.dumps(name).encode() + b',"Score":'
+            encoded = json.dumps(name).encode()
+            self.host_prefix[row] = b'{"Host":' + encoded + b',"Score":'
+            self.name_key[row] = encoded + b":"
         return row
 
     def _set(self, columns: dict[str, Int64Array], row: int, values: Mapping[str, int]) -> None:

@@ -211,3 +211,11 @@ def with_claims(pod: dict[str, Any], *claims: str) -> dict[str, Any]:
 
 def memory_at_least(quantity: str) -> str:
     return f'device.capacity["{DRIVER}"].memory.compareTo(quantity("{quantity}")) >= 0'
+
+
+def filter_answer(service: Any, body: bytes) -> dict[str, Any]:
+    """``service.filter``'s answer as kube-scheduler reads it: parts the service sends pre-encoded
+    (the failed-node maps) come back as plain JSON values."""
+    from app.http import wire
+
+    return dict(json.loads(wire.encode(service.filter(body))))

@@ -19,6 +19,7 @@ __all__ = [
     "BindArgs",
     "Candidates",
     "ExtenderArgs",
+    "NodeReasons",
     "PreemptArgs",
     "WireError",
     "bind_result",
@@ -32,6 +33,7 @@ __all__ = [
     "host_priority_raw",
     "meta_victims",
     "node_list",
+    "node_reasons_raw",
     "preempt_result",
 ]
 
@@ -270,18 +272,26 @@ def filter_result(
     *,
     node_names: list[str] | None = None,
     nodes: list[msgspec.Raw] | None = None,
-    failed: Mapping[str, str] | None = None,
-    unresolvable: Mapping[str, str] | None = None,
+    failed: NodeReasons | None = None,
+    unresolvable: NodeReasons | None = None,
     error: str = "",
 ) -> dict[str, Any]:
     """``ExtenderFilterResult`` with every key present, as the Go encoder writes it."""
     return {
         "Nodes": node_list(nodes) if nodes is not None else None,
         "NodeNames": node_names,
-        "FailedNodes": dict(failed or {}),
-        "FailedAndUnresolvableNodes": dict(unresolvable or {}),
+        "FailedNodes": _reasons(failed),
+        "FailedAndUnresolvableNodes": _reasons(unresolvable),
         "Error": error,
     }
+
+
+# A map of node name to reason: as a mapping, or already encoded (node_reasons_raw).
+NodeReasons = Mapping[str, str] | msgspec.Raw
+
+
+def _reasons(reasons: NodeReasons | None) -> dict[str, str] | msgspec.Raw:
+    return reasons if isinstance(reasons, msgspec.Raw) else dict(reasons or {})
 
 
 def host_priority_list(names: Sequence[str], scores: Sequence[int]) -> list[dict[str, Any]]:
@@ -309,6 +319,22 @@ def host_priority_raw(prefixes: Iterable[bytes], scores: Sequence[int]) -> msgsp
     parts[1::2] = map(_SCORE_TAIL.__getitem__, scores)
     parts[0] = b"[" + hosts[0]
     parts[-1] = _LAST_SCORE_TAIL[scores[-1]]
+    return msgspec.Raw(b"".join(parts))
+
+
+def node_reasons_raw(keys: Iterable[bytes], reasons: Sequence[str], reason_index: Iterable[int]) -> msgspec.Raw:
+    """A map of node name to reason (``FailedNodes``) from per-node prebuilt ``"<name>":`` keys and
+    the index of each node's reason in ``reasons``: names are not encoded again, and reasons (a few
+    distinct strings) once each."""
+    tails = [_encoder.encode(reason) + b"," for reason in reasons]
+    parts = list(keys)
+    if not parts:
+        return msgspec.Raw(b"{}")
+    parts += parts  # the right length; every other entry is overwritten by a reason below
+    parts[0::2] = parts[: len(parts) // 2]
+    parts[1::2] = map(tails.__getitem__, reason_index)
+    parts[0] = b"{" + parts[0]
+    parts[-1] = parts[-1][:-1] + b"}"
     return msgspec.Raw(b"".join(parts))
 
 
@@ -354,8 +380,8 @@ class Candidates:
     def result(
         self,
         passed: list[str],
-        failed: Mapping[str, str] | None = None,
-        unresolvable: Mapping[str, str] | None = None,
+        failed: NodeReasons | None = None,
+        unresolvable: NodeReasons | None = None,
     ) -> dict[str, Any]:
         """The filter answer in the request's mode: names, or the request's Node objects unchanged."""
         if self.by_name is None:

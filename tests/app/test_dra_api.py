@@ -12,7 +12,7 @@ from app.cluster.binding import FINALIZER, ApiClaimWriter
 from app.cluster.writes import ClaimWriteError
 from tests.app.apiharness import Harness, add_dra_node, eventually
 from tests.app.apiharness import run as run_harness
-from tests.conftest import bind_body, claim_obj, filter_body, pod_obj, with_claims
+from tests.conftest import bind_body, claim_obj, filter_answer, filter_body, pod_obj, with_claims
 from tests.fakeapi import FakeAPIServer
 
 CLAIMS = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims"
@@ -33,7 +33,7 @@ def test_bind_writes_finalizer_then_status_then_binding(fake: FakeAPIServer) -> 
     pod = fake.add(with_claims(pod_obj("p"), "x"))
 
     async def body(h: Harness) -> None:
-        assert h.service.filter(filter_body(pod, ["d1"]))["NodeNames"] == ["d1"]
+        assert filter_answer(h.service, filter_body(pod, ["d1"]))["NodeNames"] == ["d1"]
         start = len(fake.requests)
         assert await h.service.bind(bind_body(pod, "d1")) == {"Error": ""}
         writes = [(m, path) for m, path in fake.requests[start:] if m != "GET"]
@@ -66,7 +66,7 @@ def test_binding_refused_rolls_back_the_claim(fake: FakeAPIServer) -> None:
     pod = fake.add(with_claims(pod_obj("p"), "x"))
 
     async def body(h: Harness) -> None:
-        h.service.filter(filter_body(pod, ["d1"]))
+        filter_answer(h.service, filter_body(pod, ["d1"]))
         fake.fail_next(1, 403, path_contains="/binding")
         answer = await h.service.bind(bind_body(pod, "d1"))
         assert "403" in answer["Error"]
@@ -88,7 +88,7 @@ def test_status_conflict_is_retried_from_a_fresh_read(fake: FakeAPIServer) -> No
     pod = fake.add(with_claims(pod_obj("p"), "x"))
 
     async def body(h: Harness) -> None:
-        h.service.filter(filter_body(pod, ["d1"]))
+        filter_answer(h.service, filter_body(pod, ["d1"]))
         fake.fail_next(1, 409, path_contains="/resourceclaims/x/status")
         assert await h.service.bind(bind_body(pod, "d1")) == {"Error": ""}
         status_writes = [p for m, p in fake.requests if m == "PUT" and p.endswith("/x/status")]
@@ -103,7 +103,7 @@ def test_claim_allocated_by_someone_else_meanwhile_is_not_overwritten(fake: Fake
     pod = fake.add(with_claims(pod_obj("p"), "x"))
 
     async def body(h: Harness) -> None:
-        h.service.filter(filter_body(pod, ["d1"]))
+        filter_answer(h.service, filter_body(pod, ["d1"]))
         cached = h.cache.dra.claims["default/x"]
         proposal = h.cache.dra.proposals[pod["metadata"]["uid"]].by_node["d1"][0]
         # Another scheduler allocates the claim after our cache last saw it.
@@ -133,14 +133,14 @@ def test_watched_slices_and_claims_drive_the_filter(fake: FakeAPIServer) -> None
         fake.add(claim_obj("z"))
         pz = fake.add(with_claims(pod_obj("pz"), "z"))
         await eventually(lambda: "default/z" in h.cache.dra.claims, "claim z watched")
-        answer = h.service.filter(filter_body(pz, ["d1"]))
+        answer = filter_answer(h.service, filter_body(pz, ["d1"]))
         assert answer["NodeNames"] == [] and "d1" in answer["FailedAndUnresolvableNodes"]
         fake.delete("ResourceClaim", "x", "default")  # px's claim is gone: its device is free again
         await eventually(lambda: "default/x" not in h.cache.dra.claims, "claim x deletion watched")
-        assert h.service.filter(filter_body(pz, ["d1"]))["NodeNames"] == ["d1"]
+        assert filter_answer(h.service, filter_body(pz, ["d1"]))["NodeNames"] == ["d1"]
         fake.delete("ResourceSlice", "d1-gpus")
         await eventually(lambda: len(h.cache.dra.slices) == 0, "slice deletion watched")
-        assert h.service.filter(filter_body(pz, ["d1"]))["NodeNames"] == []
+        assert filter_answer(h.service, filter_body(pz, ["d1"]))["NodeNames"] == []
 
     run(fake, body)
 
@@ -151,7 +151,7 @@ def test_release_recognises_our_allocation_when_the_server_added_fields(fake: Fa
     pod = fake.add(with_claims(pod_obj("p"), "x"))
 
     async def body(h: Harness) -> None:
-        h.service.filter(filter_body(pod, ["d1"]))
+        filter_answer(h.service, filter_body(pod, ["d1"]))
         info = h.service._pending[pod["metadata"]["uid"]]
         proposal = h.cache.dra.proposals[pod["metadata"]["uid"]].by_node["d1"][0]
         writer = ApiClaimWriter(h.client)

@@ -31,6 +31,7 @@ from tests.conftest import (
     slice_obj,
     with_claims,
 )
+from tests.conftest import filter_answer as wire_answer
 
 MEMORIES = ("10Gi", "24Gi", "48Gi", "80Gi")
 
@@ -46,7 +47,7 @@ def cluster(*claims: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[st
 
 
 def filter_answer(service: Any, pod: dict[str, Any], names: list[str] = ["d1", "d2", "c1"]) -> dict[str, Any]:  # noqa: B006
-    return service.filter(filter_body(pod, names))
+    return wire_answer(service, filter_body(pod, names))
 
 
 def bind(service: Any, pod: dict[str, Any], node: str) -> dict[str, Any]:

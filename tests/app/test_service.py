@@ -12,11 +12,11 @@ from app.cluster.snapshot import SnapshotBinder
 from app.cluster.writes import BindError
 from app.http import wire
 from app.service import ExtenderService
-from tests.conftest import bind_body, filter_body, make_service, node_obj, pod_obj
+from tests.conftest import bind_body, filter_answer, filter_body, make_service, node_obj, pod_obj
 
 
 def _filter(service: Any, pod: dict[str, Any], names: list[str]) -> dict[str, Any]:
-    return service.filter(filter_body(pod, names))
+    return filter_answer(service, filter_body(pod, names))
 
 
 def _bind(service: Any, pod: dict[str, Any], node: str) -> dict[str, Any]:
@@ -40,9 +40,9 @@ def test_filter_non_cache_mode_uses_request_nodes_for_unknown_nodes() -> None:
         {"metadata": {"name": "bad"}, "status": {"allocatable": {"nvidia.com/gpu": "x"}}},
     ]
     body = json.dumps({"Pod": pod_obj("p", gpus=2), "Nodes": {"metadata": {}, "items": items}, "NodeNames": None})
-    answer = service.filter(body.encode())
+    answer = filter_answer(service, body.encode())
     assert answer["NodeNames"] is None
-    assert [json.loads(bytes(raw))["metadata"]["name"] for raw in answer["Nodes"]["items"]] == ["fresh"]
+    assert [raw["metadata"]["name"] for raw in answer["Nodes"]["items"]] == ["fresh"]
     assert answer["FailedAndUnresolvableNodes"] == {
         "g1": "Insufficient nvidia.com/gpu",
         "bad": "node(s) with invalid allocatable",
@@ -247,7 +247,7 @@ def test_batch_answers_match_explain_on_the_example_cluster(gpus: int) -> None:
     names = [*sorted(cache.nodes), "ghost"]
     body = filter_body(pod_obj("p", gpus=gpus, cpu="8", memory="32Gi"), names)
     explained = {n["name"]: n for n in service.explain(body)["nodes"]}
-    answer = service.filter(body)
+    answer = filter_answer(service, body)
     assert answer["NodeNames"] == [n for n in names if explained[n]["filter"]["passed"]]
     for reasons, code in (
         (answer["FailedNodes"], "Unschedulable"),
@@ -286,7 +286,7 @@ def test_best_scored_filter_keeps_the_top_priority_nodes(gpus: int) -> None:
         service = _example_cluster_service({"filterReturns": mode})
         cache = service.cache
         body = filter_body(pod_obj("p", gpus=gpus, cpu="8", memory="32Gi"), sorted(cache.nodes))
-        answers[mode] = (service.filter(body), service)
+        answers[mode] = (filter_answer(service, body), service)
     feasible, service = answers["Feasible"]
     best, _ = answers["BestScored"]
     pod = pod_obj("p", gpus=gpus, cpu="8", memory="32Gi")

@@ -9,7 +9,7 @@ import asyncio
 
 from app.cluster.reflector import Reflector
 from tests.app.apiharness import SOURCES, Harness, add_dra_node, eventually, server_gpus
-from tests.conftest import bind_body, filter_body, node_obj, pod_obj, with_claims
+from tests.conftest import bind_body, filter_answer, filter_body, node_obj, pod_obj, with_claims
 from tests.fakeapi import FakeAPIServer
 
 
@@ -32,9 +32,9 @@ def test_standby_takes_over_with_a_warm_cache(fake: FakeAPIServer) -> None:
         try:
             await eventually(lambda: leader.exact() and standby.exact(), "both caches synced")
             # The leader schedules: big fills g1, dra1 takes one of d1's two devices.
-            assert leader.service.filter(filter_body(big, ["g1", "g2"]))["NodeNames"] == ["g1", "g2"]
+            assert filter_answer(leader.service, filter_body(big, ["g1", "g2"]))["NodeNames"] == ["g1", "g2"]
             assert await leader.service.bind(bind_body(big, "g1")) == {"Error": ""}
-            assert leader.service.filter(filter_body(dra1, ["d1"]))["NodeNames"] == ["d1"]
+            assert filter_answer(leader.service, filter_body(dra1, ["d1"]))["NodeNames"] == ["d1"]
             assert await leader.service.bind(bind_body(dra1, "d1")) == {"Error": ""}
             taken = fake.get("ResourceClaim", "c1", "default")["status"]["allocation"]["devices"]["results"]  # type: ignore[index]
             assert [r["device"] for r in taken] == ["gpu-0"]  # d1's first device, in published order
@@ -47,11 +47,11 @@ def test_standby_takes_over_with_a_warm_cache(fake: FakeAPIServer) -> None:
             assert relists(standby.reflectors) == dict.fromkeys(SOURCES, 1)
             assert not standby.cache.ledger and not standby.service.decisions  # never called so far
             # First decisions: g1 is full (4 of 4 GPUs, bound by the leader), gpu-0 is taken.
-            answer = standby.service.filter(filter_body(small, ["g1", "g2"]))
+            answer = filter_answer(standby.service, filter_body(small, ["g1", "g2"]))
             assert answer["NodeNames"] == ["g2"] and "Insufficient nvidia.com/gpu" in answer["FailedNodes"]["g1"]
             assert await standby.service.bind(bind_body(small, "g1")) != {"Error": ""}  # a stale choice: refused
             assert await standby.service.bind(bind_body(small, "g2")) == {"Error": ""}
-            assert standby.service.filter(filter_body(dra2, ["d1"]))["NodeNames"] == ["d1"]
+            assert filter_answer(standby.service, filter_body(dra2, ["d1"]))["NodeNames"] == ["d1"]
             assert await standby.service.bind(bind_body(dra2, "d1")) == {"Error": ""}
             got = fake.get("ResourceClaim", "c2", "default")["status"]["allocation"]["devices"]["results"]  # type: ignore[index]
             assert [r["device"] for r in got] == ["gpu-1"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import msgspec
 import pytest
@@ -90,3 +91,16 @@ def test_host_priority_raw_is_the_host_priority_list(entries: list[tuple[str, in
 def test_host_priority_raw_refuses_a_score_count_that_does_not_match() -> None:
     with pytest.raises(ValueError, match="2 hosts but 1 scores"):
         wire.host_priority_raw([b'{"Host":"a","Score":', b'{"Host":"b","Score":'], [3])
+
+
+@given(
+    st.lists(st.text(min_size=1, max_size=12), unique=True, max_size=20),
+    st.lists(st.text(max_size=30), min_size=1, max_size=4),
+    st.randoms(use_true_random=False),
+)
+def test_node_reasons_raw_is_the_map_of_name_to_reason(names: list[str], reasons: list[str], rng: Any) -> None:
+    """The prebuilt FailedNodes map decodes to exactly the {name: reason} map it stands for."""
+    index = [rng.randrange(len(reasons)) for _ in names]
+    keys = [json.dumps(name).encode() + b":" for name in names]
+    raw = wire.node_reasons_raw(keys, reasons, index)
+    assert json.loads(bytes(raw)) == {name: reasons[i] for name, i in zip(names, index, strict=True)}

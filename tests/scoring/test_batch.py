@@ -103,6 +103,7 @@ def test_repeated_names_and_removed_rows() -> None:
     batch = table.batch(["d", "c"])
     assert batch is not None and batch.allocatable("cpu").tolist() == [2000, 1000]
     assert table.host_prefix[table.index["d"]] == b'{"Host":"d","Score":'
+    assert table.name_key[table.index["d"]] == b'"d":'
 
 
 def _rows(batch: object) -> list[int]:
@@ -159,3 +160,10 @@ def test_subset_reads_as_a_batch_gathered_for_those_names(keep: list[bool], assu
     assert subset.known.tolist() == fresh.known.tolist()
     assert subset.requested("nvidia.com/gpu").tolist() == fresh.requested("nvidia.com/gpu").tolist()
     assert subset.allocatable("nvidia.com/gpu").tolist() == fresh.allocatable("nvidia.com/gpu").tolist()
+
+
+def test_the_table_keeps_each_name_as_a_json_key() -> None:
+    table = NodeTable(capacity=2)
+    for name in ("a", 'q"uote', "c"):
+        table.upsert(NodeInfo(name, {"cpu": 1000}, allocatable_types=frozenset({"cpu"})))
+    assert [table.name_key[table.index[n]] for n in ("a", 'q"uote', "c")] == [b'"a":', b'"q\\"uote":', b'"c":']

@@ -14,7 +14,7 @@ from app.pipeline.fit import ResourceFit
 from app.pipeline.framework import BindCycle, FilterCycle, Participant, Pipeline, Refusal, VictimChoice
 from app.service import ExtenderService
 from scoring.framework import Code, PodInfo, Status
-from tests.conftest import bind_body, filter_body, make_service, node_obj, pod_obj
+from tests.conftest import bind_body, filter_answer, filter_body, make_service, node_obj, pod_obj
 
 
 class Recorder(Participant):
@@ -92,7 +92,7 @@ def test_participants_need_distinct_names() -> None:
 def test_filter_runs_participants_in_order_and_the_first_failure_wins() -> None:
     log: list[tuple[str, str]] = []
     service, pod = with_participants(Recorder("a", log), Recorder("b", log))
-    answer = service.filter(filter_body(pod, ["n1", "reject-a", "reject-b"]))
+    answer = filter_answer(service, filter_body(pod, ["n1", "reject-a", "reject-b"]))
     assert answer["NodeNames"] == ["n1"]
     assert answer["FailedNodes"] == {"reject-a": "a says no", "reject-b": "b says no"}
     assert log == [("a", "filter"), ("b", "filter")]
@@ -101,13 +101,13 @@ def test_filter_runs_participants_in_order_and_the_first_failure_wins() -> None:
 def test_a_participant_that_does_not_apply_to_the_pod_is_not_asked() -> None:
     log: list[tuple[str, str]] = []
     service, pod = with_participants(Recorder("a", log, applies=False))
-    answer = service.filter(filter_body(pod, ["n1", "reject-a"]))
+    answer = filter_answer(service, filter_body(pod, ["n1", "reject-a"]))
     assert answer["NodeNames"] == ["n1", "reject-a"]
     assert log == []
 
 
 def bind(service: ExtenderService, pod: dict[str, Any], node: str) -> dict[str, Any]:
-    service.filter(filter_body(pod, [node]))  # the service learns the pod from filter, as in production
+    filter_answer(service, filter_body(pod, [node]))  # the service learns the pod from filter, as in production
     return asyncio.run(service.bind(bind_body(pod, node)))
 
 
