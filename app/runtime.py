@@ -14,6 +14,7 @@ from app.cluster.kube import KubeClient
 from app.cluster.kueue_watch import KUEUE_SOURCES, KueueSource
 from app.cluster.reflector import DRA_RESOURCES, Reflector, node_resource, pod_resource
 from app.cluster.snapshot import SOURCES, SnapshotBinder, SnapshotClaimWriter, load_snapshot
+from app.cluster.workloads import WORKLOADS_SOURCE, WorkloadAdmissions
 from app.config import ExtenderConfiguration
 from app.http.server import ExtenderVerbs, create_app
 from app.operator.metrics import Metrics
@@ -123,10 +124,13 @@ def build_cluster_runtime(config: ExtenderConfiguration, kubeconfig: str | None)
     reflectors = [Reflector(client, cache, resource, metrics) for resource in resources]
     watch_kueue = _watch_kueue(config)
     # Kueue's sources count for /readyz: filter must not run on the file's tree before Kueue's was listed.
-    names = tuple(r.resource.name for r in reflectors) + (KUEUE_SOURCES if watch_kueue else ())
+    # Workloads too: their admission times order victims, which must not change across a restart.
+    names = tuple(r.resource.name for r in reflectors) + ((*KUEUE_SOURCES, WORKLOADS_SOURCE) if watch_kueue else ())
     runtime = _runtime(config, cache, ApiBinder(client), names, ApiClaimWriter(client), reflectors, client, metrics)
     fairness = runtime.service.fairness
     if watch_kueue and fairness is not None and config.queues is not None:
         runtime.kueue_source = runtime.service.kueue_source = KueueSource(config.queues, fairness, clock=cache.clock)
         runtime.reflectors += [Reflector(client, cache, r, metrics) for r in runtime.kueue_source.resources()]
+        fairness.workloads = WorkloadAdmissions()
+        runtime.reflectors.append(Reflector(client, cache, fairness.workloads.resource(), metrics))
     return runtime

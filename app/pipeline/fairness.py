@@ -21,6 +21,7 @@ from allocator.types import ResourceClaim
 from app.cluster.cache import ClusterCache
 from app.cluster.cache_events import CacheEvent, Counted, NodeChanged, PodChanged, PodCounted
 from app.cluster.objects import NodeObject
+from app.cluster.workloads import WorkloadAdmissions, kueue_group_name
 from fairshare.admission import Verdict
 from fairshare.assignment import FlavorVerdict, QueuedPod, counted_usage, judge, queued_pod
 from fairshare.config import QueueConfig
@@ -81,6 +82,7 @@ class Fairness:
         self.usage = QueueUsage(config)
         self.kai = KaiUsage(config)
         self.wall_clock = wall_clock
+        self.workloads: WorkloadAdmissions | None = None  # Kueue's Workloads, when watched (runtime sets it)
         self.decisions: deque[dict[str, Any]] = deque(maxlen=100)
         self._placements: OrderedDict[str, PodPlacement] = OrderedDict()
         self._nodes_version: int | None = None
@@ -192,6 +194,16 @@ class Fairness:
         return self.kai
 
     # ------------------------------------------------------------------ pods
+    def admitted_at(self, pod: PodInfo) -> float:
+        """When the cluster admitted the pod, from the API objects (so a restart changes nothing): its
+        Kueue Workload's QuotaReserved/Admitted time when Workloads are watched, else the time the
+        pod's object records for its binding (0 when unknown: ties then go by UID, as in Kueue)."""
+        if self.workloads is not None:
+            at = self.workloads.admitted_at(pod, kueue_group_name(pod))
+            if at is not None:
+                return at
+        return pod.admitted_at
+
     def remember_placement(self, uid: str, placement: PodPlacement) -> None:
         self._placements[uid] = placement
         self._placements.move_to_end(uid)
@@ -329,8 +341,7 @@ class Fairness:
             counted = self.usage.counted(uid)
             if where != node_name or assumed or counted is None or uid == pod.uid:
                 continue  # only pods bound on this node; an assumption in flight is not a victim
-            admitted = self.usage.admitted_at.get(uid, 0.0)
-            candidates.append(Candidate(uid, counted[0], other.priority, admitted, counted[1]))
+            candidates.append(Candidate(uid, counted[0], other.priority, self.admitted_at(other), counted[1]))
         return kueue_victims(self.config, snap, queued.queue, judged.request, candidates, pod.priority)
 
     def _kai_victims(self, pod: PodInfo, queued: QueuedPod, scheduler_victims: Sequence[str]) -> PreemptChoice:
