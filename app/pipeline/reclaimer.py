@@ -353,10 +353,11 @@ class Reclaimer:
         if self.recent and len(self.recent) + len(fresh) > budget:
             return "rate-limited"
         pods = [(w, p) for w in fresh for p in w.pods]
+        names = {p.uid: self._name(p.uid) for _, p in pods}  # before the watch drops the evicted pods
         if any(self.retry_at.get(p.uid, 0.0) > now for _, p in pods):
             return "retry-later"
         for w, p in pods:
-            outcome, message = await self.evictor.evict(*self._name(p.uid), p.uid, dry_run=True)
+            outcome, message = await self.evictor.evict(*names[p.uid], p.uid, dry_run=True)
             if outcome in (EvictionOutcome.BLOCKED, EvictionOutcome.FAILED):
                 for _, q in pods:
                     self.retry_at[q.uid] = now + config.retry_after_seconds
@@ -366,13 +367,13 @@ class Reclaimer:
         for w in fresh:
             self.recent.append(now)
             for p in w.pods:
-                outcome, message = await self.evictor.evict(*self._name(p.uid), p.uid, dry_run=False)
+                outcome, message = await self.evictor.evict(*names[p.uid], p.uid, dry_run=False)
                 self.on_eviction(w.queue, outcome.value)
                 if outcome in (EvictionOutcome.EVICTED, EvictionOutcome.GONE):
                     self.evicted.add(p.uid)
                     self.evicted_for.setdefault(plan.pod.uid, set()).add(p.uid)
                     if outcome is EvictionOutcome.EVICTED:
-                        await self._events(plan, w, p)
+                        await self._events(plan, w, p.uid, names[p.uid])
                 else:  # refused after a successful dry run (a race): the rest of the gang still goes
                     self.retry_at[p.uid] = now + config.retry_after_seconds
                     log.warning("reclaim: eviction of %s failed (%s): %s", p.uid, outcome.value, message)
@@ -404,19 +405,18 @@ class Reclaimer:
             for q in sorted(queues)
         }
 
-    async def _events(self, plan: Plan, workload: Workload, victim: RunningPod) -> None:
+    async def _events(self, plan: Plan, workload: Workload, uid: str, victim: tuple[str, str]) -> None:
         shares = self._shares(plan)
         beneficiary, bq, vq = plan.pod, plan.queued.queue, workload.queue
         what = "ClusterQueue" if plan.queued.kind == "kueue" else "KAI queue"
         reason = dict((w.key, r) for w, r in plan.choice.victims)[workload.key]
-        victim_pod = self._pod(victim.uid)
-        namespace, name = (victim_pod.namespace, victim_pod.name) if victim_pod else ("", victim.uid)
+        namespace, name = victim
         text = f"{what} {vq} (share {_fmt(shares.get(vq))}) for {what} {bq} (share {_fmt(shares.get(bq))}), {reason}"
         await self.evictor.event(
             EventNote(
                 namespace,
                 name,
-                victim.uid,
+                uid,
                 "Reclaimed",
                 f"Evicted by kube-gpu-extender: {text}; to make room for pod {beneficiary.key}",
             )
