@@ -22,7 +22,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from app.cluster.eviction import EventNote, EvictionOutcome, Evictor
@@ -86,6 +86,9 @@ class Reclaimer:
         self.recent: deque[float] = deque()  # when each victim workload was evicted (rate limit)
         self.reported: dict[str, tuple[str, ...]] = {}  # beneficiary UID -> victims last recorded
         self.leading: bool | None = None
+        # kind -> pod UID -> (pod, what it counts, node, its Workload): lone pods' Workloads between rounds.
+        self._memo: dict[str, dict[str, tuple[PodInfo, Any, str, Workload]]] = {}
+        self._indexes: dict[str, tuple[Any, Workloads]] = {}  # kind -> (what it was built from, index)
         self.rounds = 0
         self.last_error = ""
         fairness.reclaim_view = self.view
@@ -145,7 +148,8 @@ class Reclaimer:
         return out[:MAX_BENEFICIARIES]
 
     def workloads(self, kind: str, gone: frozenset[str] | set[str] = frozenset()) -> Workloads:
-        """Running workloads (bound, not assumed; gangs as one) old enough to be victims, but ``gone``."""
+        """Running workloads (bound, not assumed; gangs as one) old enough to be victims, but ``gone``.
+        A lone pod's Workload is kept between rounds while its pod and what it counts are unchanged."""
         fairness, cache = self.fairness, self.fairness.cache
         if cache is None:
             return Workloads(())
@@ -154,26 +158,46 @@ class Reclaimer:
         groups: dict[str, list[tuple[PodInfo, str, Mapping[Any, float], str]]] = {}
         too_young: set[str] = set()
         kai = fairness.kai_ledger()
+        old_memo, memo = self._memo.get(kind, {}), {}
+        out = []
         amounts: Mapping[Any, float]
         for uid, (node, pod, assumed) in cache.counted_items():
             if assumed:
                 continue
-            key = pod.pod_group or uid
-            if kind == "kueue":
-                counted = fairness.usage.counted(uid)
-                if counted is None:
-                    continue
-                queue, amounts = counted[0], counted[1]
+            counted = fairness.usage.counted(uid) if kind == "kueue" else None
+            hit = old_memo.get(uid)
+            if hit is not None and hit[0] is pod and hit[1] is counted and hit[2] == node:
+                single = hit[3]
             else:
-                queue = kai.queue_of(dict(pod.queue_labels)) or ""
-                if queue not in kai.queues:
-                    continue
-                amounts = fairness._kai_amounts(pod)
-            admitted = fairness.admitted_at(pod)
-            if min_runtime > 0 and (admitted <= 0 or now - admitted < min_runtime):
-                too_young.add(key)
-            groups.setdefault(key, []).append((pod, node, amounts, queue))
-        out = []
+                if kind == "kueue":
+                    if counted is None:
+                        continue
+                    queue, amounts = counted[0], counted[1]
+                else:
+                    queue = kai.queue_of(dict(pod.queue_labels)) or ""
+                    if queue not in kai.queues:
+                        continue
+                    amounts = fairness._kai_amounts(pod)
+                single = Workload(
+                    uid,
+                    queue,
+                    pod.priority,
+                    fairness.admitted_at(pod),
+                    amounts,
+                    (RunningPod(uid, node, pod.resources.requests),),
+                )
+            memo[uid] = (pod, counted, node, single)
+            young = min_runtime > 0 and (single.admitted_at <= 0 or now - single.admitted_at < min_runtime)
+            if pod.pod_group:
+                if young:
+                    too_young.add(pod.pod_group)
+                groups.setdefault(pod.pod_group, []).append((pod, node, single.usage, single.queue))
+                continue
+            if young or uid in gone:
+                continue
+            evicted = pod.terminating or uid in self.evicted
+            out.append(single if single.evicted == evicted else replace(single, evicted=evicted))
+        self._memo[kind] = memo
         for key, members in groups.items():
             if key in too_young or key in gone:
                 continue  # one pod too young keeps its whole gang
@@ -193,7 +217,20 @@ class Reclaimer:
                     evicted=any(p.terminating or p.uid in self.evicted for p, *_ in members),
                 )
             )
-        return Workloads(sorted(out, key=lambda w: w.key))
+        return Workloads(out)  # the policy orders candidates itself
+
+    def _index(self, kind: str, gone: set[str]) -> Workloads:
+        """``workloads``, reused while the cache, the evictions and the clock's relevance are unchanged."""
+        cache = self.fairness.cache
+        if gone or cache is None:
+            return self.workloads(kind, gone)
+        config = self.config
+        clock = int(self.wall_clock()) if config.min_runtime_seconds > 0 else 0
+        key = (cache.generation, frozenset(self.evicted), clock, config.min_runtime_seconds, id(self.fairness.config))
+        cached = self._indexes.get(kind)
+        if cached is None or cached[0] != key:
+            cached = self._indexes[kind] = (key, self.workloads(kind))
+        return cached[1]
 
     def rooms(
         self, pod: PodInfo, queued: QueuedPod, snap: TreeUsage, moved: Mapping[str, Mapping[str, int]]
@@ -246,7 +283,7 @@ class Reclaimer:
         for pod, queued in self.pending():
             rooms = self.rooms(pod, queued, snap, moved)
             if queued.kind not in indexes:
-                indexes[queued.kind] = self.workloads(queued.kind, gone)
+                indexes[queued.kind] = self._index(queued.kind, gone)
             workloads = indexes[queued.kind]
             choice: ReclaimChoice | None
             request: Mapping[Any, float]
@@ -278,14 +315,19 @@ class Reclaimer:
                     snap = snap.with_delta(workload.queue, workload.usage, -1)
                 else:
                     _add(allocated.setdefault(workload.queue, {}), workload.usage, -1)
+            freed: dict[str, dict[str, int]] = {}
+            for workload, _reason in choice.victims:
+                for running in workload.pods:
+                    _add(freed.setdefault(running.node, {}), running.requests, 1)
+            wanted = {k: v for k, v in pod.resources.requests.items() if v > 0}
             target = next(  # ... and the pod takes their place
                 (
                     r
-                    for r in self.rooms(pod, queued, snap, moved)
+                    for r in rooms
                     if r.name == choice.node
                     or (
                         not choice.node
-                        and all(v <= r.free.get(k, 0) for k, v in pod.resources.requests.items() if v > 0)
+                        and all(v <= r.free.get(k, 0) + freed.get(r.name, {}).get(k, 0) for k, v in wanted.items())
                     )
                 ),
                 None,
