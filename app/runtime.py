@@ -10,14 +10,17 @@ from dataclasses import dataclass, field
 
 from app.cluster.binding import ApiBinder, ApiClaimWriter
 from app.cluster.cache import ClusterCache
+from app.cluster.eviction import ApiEvictor, Evictor, SnapshotEvictor
 from app.cluster.kube import KubeClient
 from app.cluster.kueue_watch import KUEUE_SOURCES, KueueSource
 from app.cluster.reflector import DRA_RESOURCES, Reflector, node_resource, pod_resource
 from app.cluster.snapshot import SOURCES, SnapshotBinder, SnapshotClaimWriter, load_snapshot
+from app.cluster.workloads import WORKLOADS_SOURCE, WorkloadAdmissions
 from app.config import ExtenderConfiguration
 from app.http.server import ExtenderVerbs, create_app
 from app.operator.metrics import Metrics
 from app.pipeline.dynamicresources import ClaimWriter
+from app.pipeline.reclaimer import Reclaimer
 from app.service import Binder, ExtenderService
 
 __all__ = ["Runtime", "build_cluster_runtime", "build_snapshot_runtime", "readiness"]
@@ -49,6 +52,8 @@ class Runtime:
     client: KubeClient | None = None
     # Kueue's own queue objects, when queues.watchKueue is on (cluster mode); its view() is for /debug/queues.
     kueue_source: KueueSource | None = None
+    # The reclaim loop (queues.reclaim); it idles while its mode is off or another replica leads.
+    reclaimer: Reclaimer | None = None
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     def app(self) -> ExtenderVerbs:
@@ -57,6 +62,8 @@ class Runtime:
     async def start(self) -> None:
         self._tasks = [asyncio.create_task(r.run(), name=f"reflector-{r.resource.name}") for r in self.reflectors]
         self._tasks.append(asyncio.create_task(self._expire_loop(), name="assume-expiry"))
+        if self.reclaimer is not None:
+            self._tasks.append(asyncio.create_task(self.reclaimer.run(), name="reclaim"))
         # Objects created at start-up live forever: keep them out of the cyclic GC's young generations.
         gc.collect()
         gc.freeze()
@@ -99,7 +106,17 @@ def _runtime(
         readiness=lambda: readiness(cache, sources, config.cache.staleAfterSeconds),
         claim_writer=claim_writer,
     )
-    return Runtime(config, cache, service, metrics, reflectors or [], client)
+    runtime = Runtime(config, cache, service, metrics, reflectors or [], client)
+    if service.fairness is not None:
+        evictor: Evictor = ApiEvictor(client) if client is not None else SnapshotEvictor(cache)
+        runtime.reclaimer = Reclaimer(
+            service.fairness,
+            evictor,
+            ready=lambda: not service.not_ready_reason(),
+            on_eviction=lambda queue, outcome: metrics.reclaim_evictions.labels(queue, outcome).inc(),
+            on_decision=metrics.reclaim_decision_seconds.observe,
+        )
+    return runtime
 
 
 def _watch_kueue(config: ExtenderConfiguration) -> bool:
@@ -123,10 +140,13 @@ def build_cluster_runtime(config: ExtenderConfiguration, kubeconfig: str | None)
     reflectors = [Reflector(client, cache, resource, metrics) for resource in resources]
     watch_kueue = _watch_kueue(config)
     # Kueue's sources count for /readyz: filter must not run on the file's tree before Kueue's was listed.
-    names = tuple(r.resource.name for r in reflectors) + (KUEUE_SOURCES if watch_kueue else ())
+    # Workloads too: their admission times order victims, which must not change across a restart.
+    names = tuple(r.resource.name for r in reflectors) + ((*KUEUE_SOURCES, WORKLOADS_SOURCE) if watch_kueue else ())
     runtime = _runtime(config, cache, ApiBinder(client), names, ApiClaimWriter(client), reflectors, client, metrics)
     fairness = runtime.service.fairness
     if watch_kueue and fairness is not None and config.queues is not None:
         runtime.kueue_source = runtime.service.kueue_source = KueueSource(config.queues, fairness, clock=cache.clock)
         runtime.reflectors += [Reflector(client, cache, r, metrics) for r in runtime.kueue_source.resources()]
+        fairness.workloads = WorkloadAdmissions()
+        runtime.reflectors.append(Reflector(client, cache, fairness.workloads.resource(), metrics))
     return runtime

@@ -6,9 +6,13 @@ Measures (run by hand, figures in the README):
 * filter-side verdict: flavor of each of 5,000 nodes (precomputed at cache time) and the per-flavor
   quota check for one pod — the work a filter call adds over the service's baseline;
 * the service's hooks (app/pipeline/fairness.py) over 5,000 nodes: filter (flavor rules + quota), prioritize
-  (FlavorFairness), and the KAI fair-share division of 50 queues after an event.
+  (FlavorFairness), and the KAI fair-share division of 50 queues after an event;
+* reclaim (``--reclaim-rounds``): one decision for a pending pod of a lending ClusterQueue on a full
+  cluster of 5,000 nodes, 50 ClusterQueues, 20,000 running pods: the pure choice (fairshare.reclaim,
+  workload index built once) and the reclaimer's whole round (app/pipeline/reclaimer.py: the index of
+  20,000 pods, the rooms of 5,000 nodes, then the choice), per decision.
 
-    .venv/bin/python -m bench.fairshare [--rounds 2000]
+    .venv/bin/python -m bench.fairshare [--rounds 2000] [--reclaim-rounds 200]
 """
 
 from __future__ import annotations
@@ -52,7 +56,10 @@ def timed(fn: Callable[[], object], rounds: int) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=2000)
+    parser.add_argument("--reclaim-rounds", type=int, default=200)
     args = parser.parse_args()
+    if args.reclaim_rounds:
+        reclaim_bench(args.reclaim_rounds)
     rng = random.Random(1)
     weights = {f.name: f for f in FLAVORS}
 
@@ -161,6 +168,144 @@ def main() -> None:
         ("filter verdicts, 5000 nodes", filter_verdicts),
     ):
         p50, p99 = timed(fn, args.rounds)
+        print(f"{label:30s} p50 {p50:.3f} ms  p99 {p99:.3f} ms")
+
+
+def reclaim_bench(rounds: int) -> None:
+    """5,000 nodes x 8 GPUs (4 flavors), 50 ClusterQueues in 5 cohorts (200 GPUs nominal per flavor each),
+    20,000 running 2-GPU pods filling every GPU: queues 0-24 of each cohort borrow, the lender cq-49
+    runs nothing. Its pending pod asks 2 a100 GPUs: every node is full, so victims must free one."""
+    from app.cluster.cache import ClusterCache
+    from app.cluster.eviction import SnapshotEvictor
+    from app.cluster.objects import node_from_obj
+    from app.pipeline.reclaimer import Reclaimer
+    from fairshare.reclaim import kueue_reclaim
+
+    rng = random.Random(7)
+    types = ["h100", "a100", "l4", "a10"]
+    gpu_type = {f.node_labels["gpu-type"]: f.name for f in FLAVORS}
+    borrowers = [i for i in range(50) if i % 10 < 5]  # per cohort, its first five queues borrow everything
+    owner = [borrowers[rng.randrange(len(borrowers))] for _ in range(20000)]
+    used: dict[tuple[int, str], float] = {}  # (cohort, flavor) -> GPUs in use
+    for j, queue in enumerate(owner):
+        key = (queue % 5, gpu_type[types[(j // 4) % 4]])
+        used[key] = used.get(key, 0.0) + 2
+
+    # Each cohort's quota is exactly what its pods use (no over-commit): a tenth per ClusterQueue, whole
+    # GPUs, the rest to its last queue (cq-49 in cohort-4, the lender).
+    def nominal(i: int, flavor: str) -> int:
+        total = int(used.get((i % 5, flavor), 0))
+        return total - 9 * (total // 10) if i // 5 == 9 else total // 10
+
+    raw = {
+        "resourceFlavors": [{"name": f.name, "nodeLabels": dict(f.node_labels)} for f in FLAVORS],
+        "clusterQueues": [
+            {
+                "name": f"cq-{i}",
+                "cohortName": f"cohort-{i % 5}",
+                "preemption": {"reclaimWithinCohort": "Any"},
+                "resourceGroups": [
+                    {
+                        "coveredResources": [GPU],
+                        "flavors": [
+                            {
+                                "name": f.name,
+                                "resources": [{"name": GPU, "nominalQuota": nominal(i, f.name)}],
+                            }
+                            for f in FLAVORS
+                        ],
+                    }
+                ],
+            }
+            for i in range(50)
+        ],
+        "localQueues": [
+            {"metadata": {"name": f"lq-{i}", "namespace": "ns"}, "spec": {"clusterQueue": f"cq-{i}"}} for i in range(50)
+        ],
+        "reclaim": {"mode": "dry-run"},
+    }
+    config = parse_queue_config(raw)
+    cache = ClusterCache()
+    for i in range(5000):
+        node = {
+            "metadata": {"name": f"n{i}", "labels": {"gpu-type": types[i % 4]}},
+            "status": {"allocatable": {GPU: "8", "cpu": "64", "memory": "512Gi", "pods": "110"}},
+        }
+        cache.upsert_node(node_from_obj(node))
+    fairness = Fairness(config, cache)
+    cache.subscribe(fairness.on_event)
+    for j, queue in enumerate(owner):
+        obj = {
+            "metadata": {
+                "name": f"p{j}",
+                "namespace": "ns",
+                "uid": f"uid-{j:05d}",
+                "labels": {KUEUE_QUEUE_LABEL: f"lq-{queue}"},
+            },
+            "spec": {
+                "nodeName": f"n{j // 4}",
+                "containers": [{"name": "c", "resources": {"requests": {GPU: "2"}}}],
+            },
+            "status": {
+                "phase": "Running",
+                "conditions": [
+                    {
+                        "type": "PodScheduled",
+                        "status": "True",
+                        "lastTransitionTime": f"2026-01-01T00:{j // 60 % 60:02d}:{j % 60:02d}Z",
+                    }
+                ],
+            },
+        }
+        cache.upsert_pod(pod_from_obj(obj))
+    lender = pod_from_obj(
+        {
+            "metadata": {"name": "want", "namespace": "ns", "uid": "want", "labels": {KUEUE_QUEUE_LABEL: "lq-49"}},
+            "spec": {
+                "nodeSelector": {"gpu-type": "a100"},
+                "containers": [{"name": "c", "resources": {"requests": {GPU: "2"}}}],
+            },
+        }
+    )
+    cache.upsert_pod(lender)
+    reclaimer = Reclaimer(fairness, SnapshotEvictor(cache))
+    from fairshare.flavor import PodPlacement
+
+    fairness.remember_placement("want", PodPlacement(node_selector={"gpu-type": "a100"}))
+    (queued_pod,) = [q for p, q in reclaimer.pending() if p.uid == "want"]
+    index = reclaimer.workloads("kueue")
+    snap = fairness.usage.snapshot()
+    rooms = reclaimer.rooms(lender, queued_pod, snap, {})
+
+    def pure() -> None:
+        choice = kueue_reclaim(
+            snap,
+            "cq-49",
+            0,
+            lender.resources.requests,
+            rooms,
+            index,
+            weights=config.weight,
+            strategies=config.preemption_strategies,
+        )
+        assert choice is not None
+
+    def whole_round() -> None:
+        assert len(reclaimer.decide()) == 1
+
+    def round_after_an_event() -> None:
+        reclaimer._indexes.clear()  # what any pod or node event does: the workload index is rebuilt
+        assert len(reclaimer.decide()) == 1
+
+    pure()
+    print(f"reclaim: {len(cache.nodes)} nodes, 50 ClusterQueues, {len(index.all)} running pods, {len(rooms)} rooms")
+    print("  one choice:", [w.key for w, _ in reclaimer.decide()[0].choice.victims])
+    for label, fn, n in (
+        ("reclaim choice (pure)", pure, rounds),
+        ("reclaim round, steady cache", whole_round, rounds),
+        ("reclaim round after an event", round_after_an_event, max(20, rounds // 5)),
+    ):
+        p50, p99 = timed(fn, n)
         print(f"{label:30s} p50 {p50:.3f} ms  p99 {p99:.3f} ms")
 
 

@@ -17,7 +17,14 @@ from fairshare.kai import KaiQueue, parse_kai_queue
 from fairshare.preemption import DEFAULT_STRATEGIES, LESS_THAN_INITIAL_SHARE, LESS_THAN_OR_EQUAL_TO_FINAL_SHARE
 from fairshare.quota import LocalQueue, QuotaTree, build_tree, parse_cluster_queue, parse_cohort, parse_local_queue
 
-__all__ = ["KAI_QUEUE_LABEL", "KUEUE_QUEUE_LABEL", "QueueConfig", "parse_queue_config"]
+__all__ = [
+    "KAI_QUEUE_LABEL",
+    "KUEUE_QUEUE_LABEL",
+    "RECLAIM_MODES",
+    "QueueConfig",
+    "ReclaimConfig",
+    "parse_queue_config",
+]
 
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 KAI_QUEUE_LABEL = "kai.scheduler/queue"
@@ -31,6 +38,7 @@ _SECTION_KEYS = frozenset(
         "fairSharing",
         "watchKueue",
         "deviceClassMappings",
+        "reclaim",
     }
 )
 _STRATEGY_LISTS = (
@@ -38,6 +46,24 @@ _STRATEGY_LISTS = (
     (LESS_THAN_INITIAL_SHARE,),
     (LESS_THAN_OR_EQUAL_TO_FINAL_SHARE, LESS_THAN_INITIAL_SHARE),
 )
+
+
+RECLAIM_MODES = ("off", "dry-run", "on")
+_RECLAIM_KEYS = frozenset(
+    {"mode", "evictionsPerMinute", "minRuntimeSeconds", "intervalSeconds", "retryAfterSeconds", "leaderLease"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ReclaimConfig:
+    """``queues.reclaim``: the reclaimer that gives lent quota back (off by default: it evicts pods)."""
+
+    mode: str = "off"  # off | dry-run (decide and report, evict nothing) | on
+    evictions_per_minute: int = 10
+    min_runtime_seconds: float = 0.0  # a pod younger than this (since its binding) is never a victim
+    interval_seconds: float = 5.0
+    retry_after_seconds: float = 30.0  # an eviction refused (PDB 429, API error) is tried again after this
+    leader_lease: str = "kube-system/gpu-scheduler"  # namespace/name; "" runs in every replica
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +80,7 @@ class QueueConfig:
     inactive: Mapping[str, str] = field(default_factory=dict)
     # Kueue's resources.deviceClassMappings: DeviceClass name -> the resource its devices count as.
     device_classes: Mapping[str, str] = field(default_factory=dict)
+    reclaim: ReclaimConfig = ReclaimConfig()
 
     @property
     def flavor_label_keys(self) -> tuple[str, ...]:
@@ -167,6 +194,43 @@ def parse_queue_config(raw: Any, *, strict: bool = True) -> QueueConfig:
         watch_kueue,
         inactive,
         _device_class_mappings(raw.get("deviceClassMappings")),
+        parse_reclaim(raw.get("reclaim")),
+    )
+
+
+def parse_reclaim(raw: Any) -> ReclaimConfig:
+    """``queues.reclaim``; every error names its field."""
+    if raw is None:
+        return ReclaimConfig()
+    if not isinstance(raw, Mapping):
+        raise QueueConfigError("queues.reclaim: must be an object")
+    unknown = sorted(set(raw) - _RECLAIM_KEYS)
+    if unknown:
+        raise QueueConfigError(f"queues.reclaim: unknown field(s) {unknown} (known: {sorted(_RECLAIM_KEYS)})")
+    default = ReclaimConfig()
+    mode = raw.get("mode", default.mode)
+    if mode not in RECLAIM_MODES:
+        raise QueueConfigError(f"queues.reclaim.mode: must be one of {', '.join(RECLAIM_MODES)} (got {mode!r})")
+
+    def number(key: str, value: float, *, minimum: float, integer: bool = False) -> float:
+        got = raw.get(key, value)
+        kind = int if integer else int | float
+        if isinstance(got, bool) or not isinstance(got, kind):
+            raise QueueConfigError(f"queues.reclaim.{key}: must be {'an integer' if integer else 'a number'}")
+        if got < minimum:
+            raise QueueConfigError(f"queues.reclaim.{key}: must be >= {minimum:g} (got {got})")
+        return float(got)
+
+    lease = raw.get("leaderLease", default.leader_lease)
+    if not isinstance(lease, str) or (lease and len(lease.split("/")) != 2) or (lease and not all(lease.split("/"))):
+        raise QueueConfigError('queues.reclaim.leaderLease: must be "namespace/name" or "" (every replica reclaims)')
+    return ReclaimConfig(
+        mode=mode,
+        evictions_per_minute=int(number("evictionsPerMinute", default.evictions_per_minute, minimum=1, integer=True)),
+        min_runtime_seconds=number("minRuntimeSeconds", default.min_runtime_seconds, minimum=0),
+        interval_seconds=number("intervalSeconds", default.interval_seconds, minimum=0.1),
+        retry_after_seconds=number("retryAfterSeconds", default.retry_after_seconds, minimum=0),
+        leader_lease=lease,
     )
 
 

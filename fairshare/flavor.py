@@ -28,6 +28,7 @@ __all__ = [
     "crd_object",
     "flavor_fits_pod",
     "node_matches_flavor",
+    "node_matches_placement",
     "parse_resource_flavor",
     "parse_toleration",
 ]
@@ -63,6 +64,15 @@ class ResourceFlavor:
 def node_matches_flavor(node_labels: Mapping[str, str], flavor: ResourceFlavor) -> bool:
     """A node belongs to a flavor when it carries every flavor nodeLabel; an empty flavor takes all."""
     return all(node_labels.get(k) == v for k, v in flavor.node_labels.items())
+
+
+def node_matches_placement(node_labels: Mapping[str, str], pod: PodPlacement) -> bool:
+    """The pod's nodeSelector and required node affinity against a node's own labels (the reclaimer
+    only considers nodes the pod could go to)."""
+    if any(node_labels.get(k) != v for k, v in pod.node_selector.items()):
+        return False
+    terms = pod.affinity_terms
+    return not terms or any(all(requirement_matches(r, node_labels) for r in term) for term in terms)
 
 
 def flavor_fits_pod(flavor: ResourceFlavor, pod: PodPlacement) -> str | None:

@@ -12,7 +12,7 @@ InCohortFairSharing.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from fairshare.drs import DominantResourceShare, ResourceWeights, compare_drs, dominant_resource_share, unweighted
@@ -77,8 +77,10 @@ def fair_preemption(
     weights: ResourceWeights = unweighted,
     strategies: Sequence[str] = DEFAULT_STRATEGIES,
     within_nominal: bool = True,
+    also_fits: Callable[[Sequence[Candidate]], bool] | None = None,
 ) -> list[Victim]:
-    """Victims (in the order taken) that let ``request`` fit in ``preemptor_cq``; [] when none do."""
+    """Victims (in the order taken) that let ``request`` fit in ``preemptor_cq``; [] when none do.
+    ``also_fits``: a further condition on the victims (reclaim: the pod then fits on a node)."""
     tree = snapshot.tree
     pkey = cq_key(preemptor_cq)
     spec = tree.cluster_queues[preemptor_cq]
@@ -114,8 +116,12 @@ def fair_preemption(
     victims: list[Victim] = []
     preemptor_path = set(tree.path(pkey))
 
-    def fits(s: TreeUsage) -> bool:
-        return all(v <= s.available(pkey, fr) for fr, v in request.items())
+    def fits(s: TreeUsage, removed: Sequence[Candidate] | None = None) -> bool:
+        if not all(v <= s.available(pkey, fr) for fr, v in request.items()):
+            return False
+        if also_fits is None:
+            return True
+        return also_fits([v.candidate for v in victims] if removed is None else removed)
 
     def drs(s: TreeUsage, key: str) -> DominantResourceShare:
         return dominant_resource_share(s, key, weights)
@@ -221,7 +227,7 @@ def fair_preemption(
     kept = list(victims)
     for victim in reversed(victims[:-1]):  # fill back: skip the last one taken
         restored = state.with_delta(victim.candidate.cluster_queue, victim.candidate.usage)
-        if fits(restored):
+        if fits(restored, [v.candidate for v in kept if v is not victim]):
             state = restored
             kept.remove(victim)
     return kept

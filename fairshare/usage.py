@@ -7,8 +7,7 @@ flavors included, is recorded when it is first counted (``fairshare.assignment.c
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -43,9 +42,6 @@ class QueueUsage:
     config: QueueConfig
     usage: dict[str, dict[FlavorResource, float]] = field(default_factory=dict)
     _counted: dict[str, tuple[str, dict[FlavorResource, float]]] = field(default_factory=dict)
-    clock: Callable[[], float] = time.monotonic
-    # When each pod was first counted: Kueue's "most recently admitted first" among preemption candidates.
-    admitted_at: dict[str, float] = field(default_factory=dict)
     _version: int = 0  # bumped on every usage change; the tree snapshot is rebuilt only after one
     _snapshot: tuple[int, TreeUsage] | None = None
 
@@ -56,8 +52,6 @@ class QueueUsage:
         self._version += 1
         for uid, (cluster_queue, amounts) in contributions:
             self.account(uid, cluster_queue, amounts)
-        for uid in set(self.admitted_at) - set(self._counted):
-            del self.admitted_at[uid]
 
     def reconfigure(self, config: QueueConfig) -> None:
         """Swap in a new queue configuration (config reload, watched Kueue objects); ``recount`` next."""
@@ -73,9 +67,6 @@ class QueueUsage:
             contribution = dict(amounts)
             self._counted[uid] = (cluster_queue, contribution)
             self._add(cluster_queue, contribution, 1.0)
-            self.admitted_at.setdefault(uid, self.clock())
-        else:
-            self.admitted_at.pop(uid, None)
 
     def counted(self, uid: str) -> tuple[str, Usage] | None:
         """The ClusterQueue and (flavor, resource) amounts pod ``uid`` counts, if any."""

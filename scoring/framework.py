@@ -72,6 +72,13 @@ class PodInfo:
     claims_pending: str = ""
     # Only the queue labels (kueue.x-k8s.io/queue-name, kai.scheduler/queue), as sorted pairs.
     queue_labels: tuple[tuple[str, str], ...] = ()
+    # What queue policy reads from the API object (not the scheduler): when the cluster admitted the
+    # pod (Unix seconds; 0 when not yet bound), its controller's UID, its gang ("" for none: a Kueue
+    # pod group or a KAI PodGroup) and whether it is being deleted.
+    admitted_at: float = 0.0
+    owner_uid: str = ""
+    pod_group: str = ""
+    terminating: bool = False
 
     @property
     def key(self) -> str:

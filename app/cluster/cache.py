@@ -143,8 +143,9 @@ class ClusterCache:
         self.dra.set_node(node.name, node.labels)
         self._refresh(node.name)
         self._publish(NodeChanged(node.name, node.labels))
-        if previous is not None and previous.labels != node.labels:
-            # The node's flavor may have changed: its pods count against other (flavor, resource)s.
+        if previous is None or previous.labels != node.labels:
+            # The node's flavor may have changed: its pods count against other (flavor, resource)s. A new
+            # node: pods listed before it (the pod watch may sync first) could not be given a flavor yet.
             for uid, entry in self.counted_on(node.name):
                 self._publish(PodCounted(uid, entry))
 

@@ -248,6 +248,10 @@ class KubeClient:
         """Update (optimistically: the object's resourceVersion is the precondition; 409 on conflict)."""
         return await self._call("PUT", path, msgspec.json.encode(obj))
 
+    async def post(self, path: str, obj: dict[str, Any]) -> None:
+        """Create (an Eviction, an Event); the answer's body is not needed."""
+        await self._send("POST", path, msgspec.json.encode(obj), f"POST {path}")
+
     async def _send(self, method: str, path: str, content: bytes | None, where: str) -> tuple[int, bytes]:
         """One request answered 200 or 201: its status and body. Otherwise an ApiError: the server's
         status, or a timeout or transport failure (status 0: the request may have been applied) whose

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, TypeVar
 
 import allocator
@@ -19,11 +20,14 @@ from scoring.resources import parse_resource_list, pod_resources
 
 __all__ = [
     "CONVERTERS",
+    "KAI_POD_GROUP_ANNOTATION",
+    "KUEUE_POD_GROUP_LABEL",
     "NodeObject",
     "ObjectError",
     "claim_from_obj",
     "device_class_from_obj",
     "node_from_obj",
+    "parse_time",
     "pod_from_obj",
     "pod_placement",
     "slice_from_obj",
@@ -106,7 +110,62 @@ def pod_from_obj(obj: Mapping[str, Any]) -> PodInfo:
         claims=claims,
         claims_pending=claims_pending,
         queue_labels=_queue_labels(metadata.get("labels")),
+        admitted_at=_admitted_at(metadata, spec, status),
+        owner_uid=_controller_uid(metadata.get("ownerReferences")),
+        pod_group=_pod_group(namespace, metadata),
+        terminating=bool(metadata.get("deletionTimestamp")),
     )
+
+
+def parse_time(value: Any) -> float | None:
+    """An RFC 3339 timestamp (metav1.Time) as Unix seconds; None when absent or unreadable."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return datetime.fromisoformat(value).timestamp()
+    except ValueError:
+        return None
+
+
+def _admitted_at(metadata: Mapping[str, Any], spec: Mapping[str, Any], status: Mapping[str, Any]) -> float:
+    """When the cluster admitted the pod, as the object records it: the PodScheduled=True condition's
+    lastTransitionTime (the API server sets it on the Binding, ours or kube-scheduler's), else, for a
+    pod created with spec.nodeName, its creationTimestamp; 0 for a pod not bound yet."""
+    if not spec.get("nodeName"):
+        return 0.0
+    for condition in status.get("conditions") or ():
+        if isinstance(condition, Mapping) and (condition.get("type"), condition.get("status")) == (
+            "PodScheduled",
+            "True",
+        ):
+            at = parse_time(condition.get("lastTransitionTime"))
+            if at is not None:
+                return at
+    at = parse_time(metadata.get("creationTimestamp"))
+    return at if at is not None else 0.0
+
+
+def _controller_uid(refs: Any) -> str:
+    """The UID of the pod's controller (a Job, a JobSet...): what a Kueue Workload names as its owner."""
+    for ref in refs if isinstance(refs, list) else ():
+        if isinstance(ref, Mapping) and ref.get("controller") and ref.get("uid"):
+            return str(ref["uid"])
+    return ""
+
+
+KUEUE_POD_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
+KAI_POD_GROUP_ANNOTATION = "pod-group-name"
+
+
+def _pod_group(namespace: str, metadata: Mapping[str, Any]) -> str:
+    """The pod's gang: a Kueue pod group (label) or a KAI PodGroup (annotation), namespaced; "" for none."""
+    labels = metadata.get("labels")
+    if isinstance(labels, Mapping) and labels.get(KUEUE_POD_GROUP_LABEL):
+        return f"kueue:{namespace}/{labels[KUEUE_POD_GROUP_LABEL]}"
+    annotations = metadata.get("annotations")
+    if isinstance(annotations, Mapping) and annotations.get(KAI_POD_GROUP_ANNOTATION):
+        return f"kai:{namespace}/{annotations[KAI_POD_GROUP_ANNOTATION]}"
+    return ""
 
 
 def _pod_claims(key: str, spec: Mapping[str, Any], status: Mapping[str, Any]) -> tuple[tuple[PodClaimRef, ...], str]:

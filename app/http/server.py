@@ -84,7 +84,7 @@ def create_app(
     @app.get("/debug", summary="Cache freshness, per-node view, assume ledger, config, recent decisions")
     async def debug(node: str | None = None, nodes: bool = True, decisions: int = 50) -> Response:
         view = debug_view(service, node=node, include_nodes=nodes, decisions=decisions)
-        return Response(wire.encode(view), media_type=JSON)
+        return Response(wire.encode_debug(view), media_type=JSON)
 
     @app.get(
         "/debug/queues",
@@ -95,13 +95,13 @@ def create_app(
         view = service.fairness.view() if service.fairness is not None else queues_view(None)
         if service.kueue_source is not None:
             view["source"] = service.kueue_source.view()
-        return Response(wire.encode(view), media_type=JSON)
+        return Response(wire.encode_debug(view), media_type=JSON)
 
     @app.post("/debug/explain", summary="Per node: filter verdict, raw plugin scores and the final score")
     async def explain(request: Request) -> Response:
         try:
             body = await _receive_body(request.scope, request.receive, limit)
-            return Response(wire.encode(service.explain(body)), media_type=JSON)
+            return Response(wire.encode_debug(service.explain(body)), media_type=JSON)
         except BodyTooLarge as exc:
             return JSONResponse({"error": str(exc)}, status_code=413)
         except wire.WireError as exc:

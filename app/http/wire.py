@@ -8,6 +8,7 @@ as ``msgspec.Raw`` without re-encoding.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ __all__ = [
     "decode_pod",
     "decode_preempt_args",
     "encode",
+    "encode_debug",
     "filter_result",
     "host_priority_list",
     "host_priority_raw",
@@ -407,3 +409,30 @@ class Candidates:
 
 def encode(obj: Any) -> bytes:
     return _encoder.encode(obj)
+
+
+# Non-finite numbers in /debug documents: JSON has no literal for them (msgspec writes null, which
+# reads as "unknown"); these strings are what Prometheus and Go's strconv write, and parse anywhere.
+POSITIVE_INFINITY = "+Inf"
+NEGATIVE_INFINITY = "-Inf"
+NOT_A_NUMBER = "NaN"
+
+
+def finite_or_string(value: Any) -> Any:
+    """``value`` with every non-finite float (at any depth) replaced by "+Inf", "-Inf" or "NaN"."""
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return value
+        if math.isnan(value):
+            return NOT_A_NUMBER
+        return POSITIVE_INFINITY if value > 0 else NEGATIVE_INFINITY
+    if isinstance(value, Mapping):
+        return {k: finite_or_string(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite_or_string(v) for v in value]
+    return value
+
+
+def encode_debug(obj: Any) -> bytes:
+    """An operator document (/debug, /debug/queues, /debug/explain): non-finite numbers as strings."""
+    return _encoder.encode(finite_or_string(obj))

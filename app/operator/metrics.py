@@ -88,5 +88,20 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.reclaim_evictions = Counter(
+            "kube_gpu_extender_reclaim_evictions_total",
+            "Reclaimer evictions of running pods for a pending pod of another queue, by the victim's queue and "
+            "outcome (evicted, gone, blocked: refused by a PodDisruptionBudget, failed; dry-run: chosen but not "
+            "evicted in dry-run mode, counted per victim workload).",
+            ["queue", "outcome"],
+            registry=self.registry,
+        )
+        self.reclaim_decision_seconds = Histogram(
+            "kube_gpu_extender_reclaim_decision_seconds",
+            "Time the reclaimer spends deciding one round (every pending pod it judges).",
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+
     def register_cache(self, read: Callable[[], dict[str, dict[str, float]]]) -> None:
         self.registry.register(_CacheCollector(read))

@@ -21,6 +21,7 @@ from allocator.types import ResourceClaim
 from app.cluster.cache import ClusterCache
 from app.cluster.cache_events import CacheEvent, Counted, NodeChanged, PodChanged, PodCounted
 from app.cluster.objects import NodeObject
+from app.cluster.workloads import WorkloadAdmissions, kueue_group_name
 from fairshare.admission import Verdict
 from fairshare.assignment import FlavorVerdict, QueuedPod, counted_usage, judge, queued_pod
 from fairshare.config import QueueConfig
@@ -81,6 +82,8 @@ class Fairness:
         self.usage = QueueUsage(config)
         self.kai = KaiUsage(config)
         self.wall_clock = wall_clock
+        self.workloads: WorkloadAdmissions | None = None  # Kueue's Workloads, when watched (runtime sets it)
+        self.reclaim_view: Callable[[], dict[str, Any]] | None = None  # the reclaimer's state, for /debug/queues
         self.decisions: deque[dict[str, Any]] = deque(maxlen=100)
         self._placements: OrderedDict[str, PodPlacement] = OrderedDict()
         self._nodes_version: int | None = None
@@ -183,6 +186,10 @@ class Fairness:
         uids = set(self.cache.pods) | {uid for uid, _ in self.cache.counted_items()}
         return [(uid, *self._kai_share(uid)) for uid in uids]
 
+    def kai_ledger(self) -> KaiUsage:
+        """The KAI ledger with the cluster's totals current."""
+        return self._kai()
+
     def _kai(self) -> KaiUsage:
         """The KAI ledger with the cluster's totals current (recomputed only after node changes)."""
         version = self.cache.nodes_version if self.cache is not None else 0
@@ -192,6 +199,16 @@ class Fairness:
         return self.kai
 
     # ------------------------------------------------------------------ pods
+    def admitted_at(self, pod: PodInfo) -> float:
+        """When the cluster admitted the pod, from the API objects (so a restart changes nothing): its
+        Kueue Workload's QuotaReserved/Admitted time when Workloads are watched, else the time the
+        pod's object records for its binding (0 when unknown: ties then go by UID, as in Kueue)."""
+        if self.workloads is not None:
+            at = self.workloads.admitted_at(pod, kueue_group_name(pod))
+            if at is not None:
+                return at
+        return pod.admitted_at
+
     def remember_placement(self, uid: str, placement: PodPlacement) -> None:
         self._placements[uid] = placement
         self._placements.move_to_end(uid)
@@ -240,7 +257,7 @@ class Fairness:
             reasons: dict[str, int] = {}
             for _hard, reason in out.values():
                 reasons[reason] = reasons.get(reason, 0) + 1
-            self._record("filter", pod, queued, rejected=len(out), of=len(names), reasons=reasons)
+            self.record("filter", pod, queued, rejected=len(out), of=len(names), reasons=reasons)
         return out
 
     def _rejections(self, pod: PodInfo, queued: QueuedPod, names: Sequence[str]) -> dict[str, tuple[bool, str]]:
@@ -270,7 +287,7 @@ class Fairness:
         rejection = self._rejections(pod, queued, [node]).get(node)
         if rejection is None:
             return None
-        self._record("bind", pod, queued, node=node, action="refused", reason=rejection[1])
+        self.record("bind", pod, queued, node=node, action="refused", reason=rejection[1])
         return rejection[1]
 
     def record_bind(self, pod: PodInfo, node: str) -> None:
@@ -285,7 +302,7 @@ class Fairness:
             flavors = {r: f for f, r in recorded[1]} if recorded is not None else dict(judged.flavors)
             share = self.usage.share_of(queued.queue)
             detail.update(flavors=flavors, borrowing=judged.borrowing, weightedShare=share.share)
-        self._record("bind", pod, queued, **detail)
+        self.record("bind", pod, queued, **detail)
 
     # ------------------------------------------------------------------ prioritize
     def scores(self, pod: PodInfo, names: Sequence[str]) -> npt.NDArray[np.int64]:
@@ -329,8 +346,7 @@ class Fairness:
             counted = self.usage.counted(uid)
             if where != node_name or assumed or counted is None or uid == pod.uid:
                 continue  # only pods bound on this node; an assumption in flight is not a victim
-            admitted = self.usage.admitted_at.get(uid, 0.0)
-            candidates.append(Candidate(uid, counted[0], other.priority, admitted, counted[1]))
+            candidates.append(Candidate(uid, counted[0], other.priority, self.admitted_at(other), counted[1]))
         return kueue_victims(self.config, snap, queued.queue, judged.request, candidates, pod.priority)
 
     def _kai_victims(self, pod: PodInfo, queued: QueuedPod, scheduler_victims: Sequence[str]) -> PreemptChoice:
@@ -352,7 +368,7 @@ class Fairness:
     def record_preempt(self, pod: PodInfo, node: str, choice: PreemptChoice) -> None:
         queued = self.queued(pod)
         if queued is not None and choice.action != "keep":
-            self._record(
+            self.record(
                 "preempt",
                 pod,
                 queued,
@@ -396,9 +412,11 @@ class Fairness:
         if self.config.kai_queues:
             out["kai"] = self._kai().view()
         out["decisions"] = list(self.decisions)
+        if self.reclaim_view is not None:
+            out["reclaim"] = self.reclaim_view()
         return out
 
-    def _record(self, verb: str, pod: PodInfo, queued: QueuedPod, **detail: Any) -> None:
+    def record(self, verb: str, pod: PodInfo, queued: QueuedPod, **detail: Any) -> None:
         self.decisions.append(
             {
                 "time": self.wall_clock(),

@@ -687,3 +687,14 @@ def test_device_class_mappings_are_validated() -> None:
         parse_config({"queues": {**DRA_QUEUES, "deviceClassMappings": mappings}})
     with pytest.raises(ConfigError, match=r"deviceClassMappings\[0\].deviceClassNames: must be a non-empty list"):
         parse_config({"queues": {**DRA_QUEUES, "deviceClassMappings": [{"name": GPU, "deviceClassNames": []}]}})
+
+
+def test_pods_listed_before_their_node_count_once_the_node_arrives() -> None:
+    """After a restart the pod watch may sync before the node watch: a pod on a node not known yet gets
+    no flavor, and must be counted when the node arrives (it was lost before, so a restarted extender
+    under-counted quota)."""
+    service = make_service([], cq_p1_workers(), config={"queues": COHORT_9})
+    assert service.fairness is not None
+    assert service.fairness.usage.usage.get("cq-p1", {}) == {}
+    service.cache.upsert_node(node_from_obj(node_obj("n1", gpus=9)))
+    assert service.fairness.usage.usage["cq-p1"] == {("default", GPU): 8.0}

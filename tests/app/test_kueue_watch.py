@@ -365,7 +365,7 @@ def test_watch_lists_modifies_rejects_and_deletes(fake: FakeAPIServer, tmp_path:
         return float(usage().config.tree.nodes[key].subtree_quota[("a10", GPU)])
 
     async def body(http: httpx.AsyncClient) -> None:
-        await eventually(lambda: service.not_ready_reason() == "", "nodes, pods and the four Kueue kinds listed")
+        await eventually(lambda: service.not_ready_reason() == "", "the Kueue kinds and Workloads listed")
         assert (await http.get("/readyz")).status_code == 200
         cfg = usage().config
         assert set(cfg.tree.cluster_queues) == {"team-a", "team-b"} and set(cfg.flavors) == {"a10"}
@@ -373,7 +373,7 @@ def test_watch_lists_modifies_rejects_and_deletes(fake: FakeAPIServer, tmp_path:
         assert cfg.cluster_queue_for("team-a", {KUEUE_QUEUE_LABEL: "training"}) == "team-a"
         # The pod's requests (pod_obj: cpu 1, memory 1Gi, 2 GPUs) on an a10 node, in the ClusterQueue's units.
         assert usage().usage["team-a"] == {("a10", "cpu"): 1.0, ("a10", "memory"): float(GIB), ("a10", GPU): 2.0}
-        await asyncio.to_thread(fake.wait_for_watchers, 6)  # nodes, pods and the four Kueue kinds
+        await asyncio.to_thread(fake.wait_for_watchers, 7)  # nodes, pods, the four Kueue kinds, Workloads
 
         fake.update(with_gpu_quota(team_a, "6"))  # MODIFIED
         await eventually(lambda: gpu_quota("cq/team-a") == 6.0, "new nominalQuota in the tree")

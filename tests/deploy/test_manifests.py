@@ -88,6 +88,14 @@ def test_rbac_lets_the_extender_read_but_never_write_kueue_objects() -> None:
     assert kueue_verbs == {"get", "list", "watch"}  # read-only: Kueue's controller owns these objects
 
 
+def test_rbac_lets_the_reclaimer_evict_write_events_and_read_workloads() -> None:
+    granted = _granted()
+    assert ("", "pods/eviction", "create") in granted  # through the Eviction API, so budgets hold
+    assert ("", "pods", "delete") not in granted  # never a direct delete
+    assert ("", "events", "create") in granted
+    assert {("kueue.x-k8s.io", "workloads", v) for v in ("get", "list", "watch")} <= granted
+
+
 def test_the_image_builds_its_wheel_from_every_package() -> None:
     """The Dockerfile's builder stage copies every package pyproject.toml packs (it once copied only
     app/ and scoring/, and the image could not import allocator/)."""

@@ -64,6 +64,7 @@ LIST_KINDS = {
     "Cohort": "CohortList",
     "ClusterQueue": "ClusterQueueList",
     "LocalQueue": "LocalQueueList",
+    "Workload": "WorkloadList",
 }
 NAMESPACED = {
     "Node": False,
@@ -75,6 +76,7 @@ NAMESPACED = {
     "Cohort": False,
     "ClusterQueue": False,
     "LocalQueue": True,
+    "Workload": True,
 }
 RESOURCES = {
     "Node": "nodes",
@@ -86,10 +88,11 @@ RESOURCES = {
     "Cohort": "cohorts",
     "ClusterQueue": "clusterqueues",
     "LocalQueue": "localqueues",
+    "Workload": "workloads",
 }
 DRA = "/apis/resource.k8s.io/v1"
 KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
-KUEUE_KINDS = ("ResourceFlavor", "Cohort", "ClusterQueue", "LocalQueue")
+KUEUE_KINDS = ("ResourceFlavor", "Cohort", "ClusterQueue", "LocalQueue", "Workload")
 API_VERSIONS = {
     kind: "v1" if kind in ("Node", "Pod") else "kueue.x-k8s.io/v1beta2" if kind in KUEUE_KINDS else "resource.k8s.io/v1"
     for kind in LIST_KINDS
@@ -117,6 +120,7 @@ FIELD_LABELS = {
     "Cohort": {"metadata.name"},
     "ClusterQueue": {"metadata.name"},
     "LocalQueue": {"metadata.name", "metadata.namespace"},
+    "Workload": {"metadata.name", "metadata.namespace"},
 }
 BOOL_FIELDS = {"spec.unschedulable", "spec.hostNetwork"}
 REASONS = {

@@ -1,0 +1,105 @@
+"""When Kueue admitted each Workload (``queues.watchKueue: true``): the time preemption and reclaim
+order candidates by, as Kueue does ("most recently admitted first").
+
+A Workload's admission time is its QuotaReserved=True condition's lastTransitionTime, else its
+Admitted=True one. A pod finds its Workload through the Workload's ownerReferences (the pod itself,
+for Kueue's plain-pod integration, or the pod's controller, e.g. a Job) or, for a pod group, by the
+group's name (Kueue names the group's Workload after ``kueue.x-k8s.io/pod-group-name``). Only these
+times are kept; the store never changes what quota counts, so an update costs no recount.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from app.cluster.kueue_watch import KUEUE_API, KUEUE_NOT_SERVED
+from app.cluster.objects import parse_time
+from app.cluster.reflector import Resource
+from scoring.framework import PodInfo
+
+__all__ = ["WORKLOADS_SOURCE", "WorkloadAdmissions", "kueue_group_name"]
+
+WORKLOADS_SOURCE = "workloads.kueue.x-k8s.io"
+_CONDITIONS = ("QuotaReserved", "Admitted")  # in order of preference
+
+
+def _admission_time(obj: Mapping[str, Any]) -> float | None:
+    status = obj.get("status")
+    conditions = status.get("conditions") if isinstance(status, Mapping) else None
+    found: dict[str, float] = {}
+    for condition in conditions if isinstance(conditions, list) else ():
+        if isinstance(condition, Mapping) and condition.get("status") == "True":
+            at = parse_time(condition.get("lastTransitionTime"))
+            if at is not None and condition.get("type") in _CONDITIONS:
+                found[str(condition["type"])] = at
+    return next((found[c] for c in _CONDITIONS if c in found), None)
+
+
+class WorkloadAdmissions:
+    """Admission time per Workload, reachable by owner UID and by (namespace, name)."""
+
+    def __init__(self) -> None:
+        self._by_key: dict[str, tuple[float, tuple[str, ...]]] = {}  # ns/name -> (time, owner UIDs)
+        self._by_owner: dict[str, float] = {}
+        self.listed = False
+
+    def resource(self) -> Resource:
+        return Resource(
+            name=WORKLOADS_SOURCE,
+            path=f"{KUEUE_API}/workloads",
+            field_selector="",
+            replace=lambda _cache, items: self.replace(items),
+            upsert=lambda _cache, obj: self.upsert(obj),
+            delete=lambda _cache, obj: self.delete(obj),
+            not_found=KUEUE_NOT_SERVED,
+        )
+
+    @staticmethod
+    def _key(obj: Mapping[str, Any]) -> str:
+        meta = obj.get("metadata")
+        meta = meta if isinstance(meta, Mapping) else {}
+        return f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
+
+    def replace(self, items: list[dict[str, Any]]) -> None:
+        self._by_key.clear()
+        self._by_owner.clear()
+        for obj in items:
+            self.upsert(obj)
+        self.listed = True
+
+    def upsert(self, obj: Mapping[str, Any]) -> None:
+        self.delete(obj)
+        at = _admission_time(obj)
+        if at is None:
+            return  # not admitted (yet, or any more): the pods' own times apply
+        meta = obj.get("metadata")
+        refs = meta.get("ownerReferences") if isinstance(meta, Mapping) else None
+        owners = tuple(
+            str(r["uid"]) for r in (refs if isinstance(refs, list) else ()) if isinstance(r, Mapping) and r.get("uid")
+        )
+        self._by_key[self._key(obj)] = (at, owners)
+        for uid in owners:
+            self._by_owner[uid] = at
+
+    def delete(self, obj: Mapping[str, Any]) -> None:
+        old = self._by_key.pop(self._key(obj), None)
+        for uid in old[1] if old is not None else ():
+            self._by_owner.pop(uid, None)
+
+    def admitted_at(self, pod: PodInfo, group_name: str = "") -> float | None:
+        """The admission time of the pod's Workload, or None when no admitted Workload is known."""
+        for uid in (pod.uid, pod.owner_uid):
+            if uid and uid in self._by_owner:
+                return self._by_owner[uid]
+        if group_name:
+            found = self._by_key.get(f"{pod.namespace}/{group_name}")
+            if found is not None:
+                return found[0]
+        return None
+
+
+def kueue_group_name(pod: PodInfo) -> str:
+    """The Kueue pod-group name of a pod ("" when it is not in one)."""
+    prefix = "kueue:"
+    return pod.pod_group.split("/", 1)[1] if pod.pod_group.startswith(prefix) else ""

@@ -1,0 +1,516 @@
+"""The reclaim loop (``queues.reclaim``): gives a queue back the quota it lent, which the preempt verb
+cannot do (kube-scheduler calls it only when lower-priority pods block a pod).
+
+Every ``intervalSeconds``, in the replica whose kube-scheduler leads (the Lease kube-scheduler holds
+names this host), it reads the cache into the pure inputs of ``fairshare.reclaim`` (running
+workloads, pending pods, each node's free room), asks for victims per pending pod, and:
+
+- records the decision on /debug/queues (verb ``reclaim``) whenever it changes;
+- in ``on`` mode, evicts the new victims through the Eviction API: first as a dry run for every pod
+  of the decision (one PodDisruptionBudget refusal and nothing is evicted: a gang or a multi-victim
+  decision goes all together or not at all), then for real; a refusal (429) or error is retried
+  after ``retryAfterSeconds``; never forced. Each eviction writes an Event on the victim and on the
+  beneficiary and counts in ``kube_gpu_extender_reclaim_evictions_total``;
+- at most ``evictionsPerMinute`` victim workloads per rolling minute; pods bound less than
+  ``minRuntimeSeconds`` ago are never victims.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from app.cluster.eviction import EventNote, EvictionOutcome, Evictor
+from app.cluster.objects import ObjectError, pod_placement
+from app.pipeline.fairness import Fairness
+from fairshare.admission import Verdict
+from fairshare.assignment import QueuedPod, judge
+from fairshare.config import ReclaimConfig
+from fairshare.flavor import PodPlacement, node_matches_placement
+from fairshare.quota import TreeUsage
+from fairshare.reclaim import (
+    KaiView,
+    NodeRoom,
+    ReclaimChoice,
+    RunningPod,
+    Workload,
+    Workloads,
+    kai_reclaim,
+    kueue_reclaim,
+)
+from scoring.framework import PodInfo
+
+__all__ = ["Plan", "Reclaimer"]
+
+log = logging.getLogger("kube_gpu_extender.reclaim")
+MAX_BENEFICIARIES = 16  # pending pods judged per round: bounds a round's cost on a busy cluster
+WINDOW = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """One decision: the pending pod, its queue, and the victims that let it in."""
+
+    pod: PodInfo
+    queued: QueuedPod
+    choice: ReclaimChoice
+
+
+class Reclaimer:
+    def __init__(
+        self,
+        fairness: Fairness,
+        evictor: Evictor,
+        *,
+        ready: Callable[[], bool] = lambda: True,
+        on_eviction: Callable[[str, str], None] = lambda _queue, _outcome: None,
+        on_decision: Callable[[float], None] = lambda _seconds: None,
+        wall_clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.fairness = fairness
+        self.evictor = evictor
+        self.ready = ready
+        self.on_eviction = on_eviction
+        self.on_decision = on_decision
+        self.wall_clock = wall_clock
+        self.monotonic = monotonic
+        self.evicted_for: dict[str, set[str]] = {}  # beneficiary UID -> pods evicted for it
+        self.evicted: set[str] = set()  # every pod evicted (until it leaves the cache)
+        self.retry_at: dict[str, float] = {}  # pod UID -> when a refused eviction may be tried again
+        self.recent: deque[float] = deque()  # when each victim workload was evicted (rate limit)
+        self.reported: dict[str, tuple[str, ...]] = {}  # beneficiary UID -> victims last recorded
+        self.leading: bool | None = None
+        # kind -> pod UID -> (pod, what it counts, node, its Workload): lone pods' Workloads between rounds.
+        self._memo: dict[str, dict[str, tuple[PodInfo, Any, str, Workload]]] = {}
+        self._indexes: dict[str, tuple[Any, Workloads]] = {}  # kind -> (what it was built from, index)
+        self.rounds = 0
+        self.last_error = ""
+        fairness.reclaim_view = self.view
+
+    @property
+    def config(self) -> ReclaimConfig:
+        return self.fairness.config.reclaim
+
+    # ------------------------------------------------------------------ loop
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.interval_seconds)
+            try:
+                await self.round()
+            except Exception as exc:  # a bug or an odd object must not end the loop
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                log.exception("reclaim: round failed")
+
+    async def round(self) -> list[Plan]:
+        """One pass: decide, record, and (mode on) evict. Returns the decisions taken."""
+        config = self.config
+        if config.mode == "off" or not self.ready():
+            return []
+        self.leading = await self.evictor.leading(config.leader_lease)
+        if not self.leading:
+            return []
+        self.rounds += 1
+        await self._learn_placements()
+        started = time.perf_counter()
+        plans = self.decide()
+        self.on_decision(time.perf_counter() - started)
+        for plan in plans:
+            await self._act(plan, config)
+        return plans
+
+    # ------------------------------------------------------------------ decide
+    def pending(self) -> list[tuple[PodInfo, QueuedPod]]:
+        """Pending pods of a usable queue, highest priority first, then by UID (at most MAX_BENEFICIARIES)."""
+        cache = self.fairness.cache
+        if cache is None:
+            return []
+        out = []
+        for pod in cache.pods.values():
+            if pod.node_name or pod.terminal or pod.terminating or not pod.queue_labels or pod.claims_pending:
+                continue
+            if cache.counted(pod.uid) is not None:
+                continue  # assumed: being bound right now
+            queued = self.fairness.queued(pod)
+            if queued is None or queued.missing:
+                continue
+            if queued.kind == "kueue" and not queued.covered:
+                continue
+            if queued.kind == "kai" and not self.fairness.kai_ledger().is_leaf(queued.queue):
+                continue
+            out.append((pod, queued))
+        out.sort(key=lambda item: (-item[0].priority, item[0].uid))
+        return out[:MAX_BENEFICIARIES]
+
+    def workloads(self, kind: str, gone: frozenset[str] | set[str] = frozenset()) -> Workloads:
+        """Running workloads (bound, not assumed; gangs as one) old enough to be victims, but ``gone``.
+        A lone pod's Workload is kept between rounds while its pod and what it counts are unchanged."""
+        fairness, cache = self.fairness, self.fairness.cache
+        if cache is None:
+            return Workloads(())
+        now = self.wall_clock()
+        min_runtime = self.config.min_runtime_seconds
+        groups: dict[str, list[tuple[PodInfo, str, Mapping[Any, float], str]]] = {}
+        too_young: set[str] = set()
+        kai = fairness.kai_ledger()
+        old_memo, memo = self._memo.get(kind, {}), {}
+        out = []
+        amounts: Mapping[Any, float]
+        for uid, (node, pod, assumed) in cache.counted_items():
+            if assumed:
+                continue
+            counted = fairness.usage.counted(uid) if kind == "kueue" else None
+            hit = old_memo.get(uid)
+            if hit is not None and hit[0] is pod and hit[1] is counted and hit[2] == node:
+                single = hit[3]
+            else:
+                if kind == "kueue":
+                    if counted is None:
+                        continue
+                    queue, amounts = counted[0], counted[1]
+                else:
+                    queue = kai.queue_of(dict(pod.queue_labels)) or ""
+                    if queue not in kai.queues:
+                        continue
+                    amounts = fairness._kai_amounts(pod)
+                single = Workload(
+                    uid,
+                    queue,
+                    pod.priority,
+                    fairness.admitted_at(pod),
+                    amounts,
+                    (RunningPod(uid, node, pod.resources.requests),),
+                )
+            memo[uid] = (pod, counted, node, single)
+            young = min_runtime > 0 and (single.admitted_at <= 0 or now - single.admitted_at < min_runtime)
+            if pod.pod_group:
+                if young:
+                    too_young.add(pod.pod_group)
+                groups.setdefault(pod.pod_group, []).append((pod, node, single.usage, single.queue))
+                continue
+            if young or uid in gone:
+                continue
+            evicted = pod.terminating or uid in self.evicted
+            out.append(single if single.evicted == evicted else replace(single, evicted=evicted))
+        self._memo[kind] = memo
+        for key, members in groups.items():
+            if key in too_young or key in gone:
+                continue  # one pod too young keeps its whole gang
+            usage: dict[Any, float] = {}
+            for _pod, _node, held, _queue in members:
+                for k, v in held.items():
+                    usage[k] = usage.get(k, 0.0) + v
+            pods = tuple(RunningPod(p.uid, n, p.resources.requests) for p, n, _a, _q in members)
+            out.append(
+                Workload(
+                    key,
+                    members[0][3],
+                    max(p.priority for p, *_ in members),
+                    min(fairness.admitted_at(p) for p, *_ in members),
+                    usage,
+                    pods,
+                    evicted=any(p.terminating or p.uid in self.evicted for p, *_ in members),
+                )
+            )
+        return Workloads(out)  # the policy orders candidates itself
+
+    def _index(self, kind: str, gone: set[str]) -> Workloads:
+        """``workloads``, reused while the cache, the evictions and the clock's relevance are unchanged."""
+        cache = self.fairness.cache
+        if gone or cache is None:
+            return self.workloads(kind, gone)
+        config = self.config
+        clock = int(self.wall_clock()) if config.min_runtime_seconds > 0 else 0
+        key = (cache.generation, frozenset(self.evicted), clock, config.min_runtime_seconds, id(self.fairness.config))
+        cached = self._indexes.get(kind)
+        if cached is None or cached[0] != key:
+            cached = self._indexes[kind] = (key, self.workloads(kind))
+        return cached[1]
+
+    def rooms(
+        self, pod: PodInfo, queued: QueuedPod, snap: TreeUsage, moved: Mapping[str, Mapping[str, int]]
+    ) -> list[NodeRoom]:
+        """Nodes the pod may go to (its nodeSelector and required affinity; Kueue: a flavor its queue
+        may use there), with what is free for what it asks (``moved``: what earlier decisions of this
+        round free or take per node); Kueue: in flavor order, then by name."""
+        fairness, cache = self.fairness, self.fairness.cache
+        if cache is None:
+            return []
+        placement = fairness.placement(pod.uid) or PodPlacement()
+        wanted = [r for r, v in pod.resources.requests.items() if v > 0]
+        verdicts: dict[int, Any] = {}
+        rooms: list[tuple[int, str, NodeRoom]] = []
+        for name, node in cache.nodes.items():
+            if node.unschedulable or not node_matches_placement(node.labels, placement):
+                continue
+            info = cache.node_info(name)
+            if info is None:
+                continue
+            delta = moved.get(name, {})
+            free = {r: info.allocatable.get(r, 0) - info.requested.get(r, 0) + delta.get(r, 0) for r in wanted}
+            if queued.kind != "kueue":
+                rooms.append((0, name, NodeRoom(name, free)))
+                continue
+            sid = fairness.signatures.by_node.get(name, -1)
+            if sid not in verdicts:
+                labels = fairness.signatures.labels[sid] if sid >= 0 else dict(node.labels)
+                verdicts[sid] = judge(fairness.config, queued, placement, labels, snap)
+            judged = verdicts[sid]
+            if judged.verdict is Verdict.UNRESOLVABLE:
+                continue
+            rooms.append((judged.flavor_index, name, NodeRoom(name, free, judged.request)))
+        rooms.sort(key=lambda item: (item[0], item[1]))
+        return [room for _, _, room in rooms]
+
+    def decide(self) -> list[Plan]:
+        """A decision for each pending pod that needs victims (pure policy in fairshare.reclaim). Pods are
+        judged in order on a simulated state: each decision's victims leave and its pod takes their
+        place, so two pending pods never count on the same freed room."""
+        fairness = self.fairness
+        config = fairness.config
+        kai = fairness.kai_ledger()
+        snap = fairness.usage.snapshot()
+        allocated = {q: dict(a) for q, a in kai.allocated.items()}
+        moved: dict[str, dict[str, int]] = {}
+        gone: set[str] = set()
+        indexes: dict[str, Workloads] = {}
+        plans = []
+        for pod, queued in self.pending():
+            rooms = self.rooms(pod, queued, snap, moved)
+            if queued.kind not in indexes:
+                indexes[queued.kind] = self._index(queued.kind, gone)
+            workloads = indexes[queued.kind]
+            choice: ReclaimChoice | None
+            request: Mapping[Any, float]
+            if queued.kind == "kueue":
+                choice = kueue_reclaim(
+                    snap,
+                    queued.queue,
+                    pod.priority,
+                    pod.resources.requests,
+                    rooms,
+                    workloads,
+                    weights=config.weight,
+                    strategies=config.preemption_strategies,
+                )
+            else:
+                request = fairness._kai_amounts(pod)
+                shares = kai.fair_shares(None if kai.is_pending(pod.uid) else (queued.queue, request))
+                view = KaiView(allocated, shares, kai.queues)
+                choice = kai_reclaim(view, queued.queue, request, pod.resources.requests, rooms, workloads)
+            if choice is None:
+                continue
+            plans.append(Plan(pod, queued, choice))
+            indexes.clear()
+            for workload, _reason in choice.victims:  # the victims leave ...
+                gone.add(workload.key)
+                for running in workload.pods:
+                    _add(moved.setdefault(running.node, {}), running.requests, 1)
+                if queued.kind == "kueue":
+                    snap = snap.with_delta(workload.queue, workload.usage, -1)
+                else:
+                    _add(allocated.setdefault(workload.queue, {}), workload.usage, -1)
+            freed: dict[str, dict[str, int]] = {}
+            for workload, _reason in choice.victims:
+                for running in workload.pods:
+                    _add(freed.setdefault(running.node, {}), running.requests, 1)
+            wanted = {k: v for k, v in pod.resources.requests.items() if v > 0}
+            target = next(  # ... and the pod takes their place
+                (
+                    r
+                    for r in rooms
+                    if r.name == choice.node
+                    or (
+                        not choice.node
+                        and all(v <= r.free.get(k, 0) + freed.get(r.name, {}).get(k, 0) for k, v in wanted.items())
+                    )
+                ),
+                None,
+            )
+            if target is not None:
+                _add(moved.setdefault(target.name, {}), pod.resources.requests, -1)
+                if queued.kind == "kueue":
+                    snap = snap.with_delta(queued.queue, target.request)
+            if queued.kind != "kueue":
+                _add(allocated.setdefault(queued.queue, {}), fairness._kai_amounts(pod), 1)
+        return plans
+
+    # ------------------------------------------------------------------ act
+    def _victims(self, plan: Plan) -> list[dict[str, Any]]:
+        out = []
+        for workload, reason in plan.choice.victims:
+            for running in workload.pods:
+                victim = self._pod(running.uid)
+                out.append(
+                    {
+                        "pod": victim.key if victim is not None else running.uid,
+                        "uid": running.uid,
+                        "node": running.node,
+                        "queue": workload.queue,
+                        "workload": workload.key,
+                        "reason": reason,
+                        "alreadyEvicted": workload.evicted,
+                    }
+                )
+        return out
+
+    def _pod(self, uid: str) -> PodInfo | None:
+        cache = self.fairness.cache
+        return cache.pods.get(uid) if cache is not None else None
+
+    async def _act(self, plan: Plan, config: ReclaimConfig) -> None:
+        victims = self._victims(plan)
+        fresh = [w for w, _ in plan.choice.victims if not w.evicted]
+        signature = tuple(sorted(v["uid"] for v in victims))
+        outcome = "waiting"  # every victim is already on its way out
+        if fresh:
+            outcome = "dry-run" if config.mode == "dry-run" else await self._evict(plan, fresh, config)
+        if self.reported.get(plan.pod.uid) != (*signature, outcome):
+            self.reported[plan.pod.uid] = (*signature, outcome)
+            self.fairness.record(
+                "reclaim",
+                plan.pod,
+                plan.queued,
+                mode=config.mode,
+                outcome=outcome,
+                node=plan.choice.node,
+                shares=self._shares(plan),
+                victims=victims,
+            )
+        if outcome == "dry-run":
+            for w in fresh:
+                self.on_eviction(w.queue, "dry-run")
+
+    async def _evict(self, plan: Plan, fresh: Sequence[Workload], config: ReclaimConfig) -> str:
+        """All new victims' pods, or none: rate limit, retry times, then a dry run of each eviction."""
+        now = self.monotonic()
+        while self.recent and now - self.recent[0] > WINDOW:
+            self.recent.popleft()
+        budget = config.evictions_per_minute
+        if self.recent and len(self.recent) + len(fresh) > budget:
+            return "rate-limited"
+        pods = [(w, p) for w in fresh for p in w.pods]
+        names = {p.uid: self._name(p.uid) for _, p in pods}  # before the watch drops the evicted pods
+        if any(self.retry_at.get(p.uid, 0.0) > now for _, p in pods):
+            return "retry-later"
+        for w, p in pods:
+            outcome, message = await self.evictor.evict(*names[p.uid], p.uid, dry_run=True)
+            if outcome in (EvictionOutcome.BLOCKED, EvictionOutcome.FAILED):
+                for _, q in pods:
+                    self.retry_at[q.uid] = now + config.retry_after_seconds
+                self.on_eviction(w.queue, outcome.value)
+                log.info("reclaim: eviction of %s refused (%s), retrying later: %s", p.uid, outcome.value, message)
+                return str(outcome.value)
+        for w in fresh:
+            self.recent.append(now)
+            for p in w.pods:
+                outcome, message = await self.evictor.evict(*names[p.uid], p.uid, dry_run=False)
+                self.on_eviction(w.queue, outcome.value)
+                if outcome in (EvictionOutcome.EVICTED, EvictionOutcome.GONE):
+                    self.evicted.add(p.uid)
+                    self.evicted_for.setdefault(plan.pod.uid, set()).add(p.uid)
+                    if outcome is EvictionOutcome.EVICTED:
+                        await self._events(plan, w, p.uid, names[p.uid])
+                else:  # refused after a successful dry run (a race): the rest of the gang still goes
+                    self.retry_at[p.uid] = now + config.retry_after_seconds
+                    log.warning("reclaim: eviction of %s failed (%s): %s", p.uid, outcome.value, message)
+        self._forget_gone()
+        return "evicted"
+
+    def _name(self, uid: str) -> tuple[str, str]:
+        pod = self._pod(uid)
+        return (pod.namespace, pod.name) if pod is not None else ("", uid)
+
+    def _forget_gone(self) -> None:
+        cache = self.fairness.cache
+        if cache is None:
+            return
+        self.evicted = {uid for uid in self.evicted if uid in cache.pods}
+        for uid in [u for u in self.reported if u not in cache.pods or cache.pods[u].node_name]:
+            del self.reported[uid]
+            self.evicted_for.pop(uid, None)
+
+    def _shares(self, plan: Plan) -> dict[str, Any]:
+        """The queues' shares the decision read: Kueue weighted DRS, KAI allocated / fair share."""
+        queues = {plan.queued.queue} | {w.queue for w, _ in plan.choice.victims}
+        if plan.queued.kind == "kueue":
+            return {q: self.fairness.usage.share_of(q).share for q in sorted(queues)}
+        kai = self.fairness.kai_ledger()
+        shares = kai.fair_shares()
+        return {
+            q: {"allocated": dict(kai.allocated.get(q, {})), "fairShare": dict(shares.get(q, {}))}
+            for q in sorted(queues)
+        }
+
+    async def _events(self, plan: Plan, workload: Workload, uid: str, victim: tuple[str, str]) -> None:
+        shares = self._shares(plan)
+        beneficiary, bq, vq = plan.pod, plan.queued.queue, workload.queue
+        what = "ClusterQueue" if plan.queued.kind == "kueue" else "KAI queue"
+        reason = dict((w.key, r) for w, r in plan.choice.victims)[workload.key]
+        namespace, name = victim
+        text = f"{what} {vq} (share {_fmt(shares.get(vq))}) for {what} {bq} (share {_fmt(shares.get(bq))}), {reason}"
+        await self.evictor.event(
+            EventNote(
+                namespace,
+                name,
+                uid,
+                "Reclaimed",
+                f"Evicted by kube-gpu-extender: {text}; to make room for pod {beneficiary.key}",
+            )
+        )
+        await self.evictor.event(
+            EventNote(
+                beneficiary.namespace,
+                beneficiary.name,
+                beneficiary.uid,
+                "Reclaiming",
+                f"kube-gpu-extender evicted pod {namespace}/{name} of {text}",
+            )
+        )
+
+    async def _learn_placements(self) -> None:
+        """Read the spec of pending pods filter has not shown us since start (their nodeSelector decides
+        the nodes to make room on)."""
+        for pod, _queued in self.pending():
+            if self.fairness.has_placement(pod.uid):
+                continue
+            obj = await self.evictor.pod(pod.namespace, pod.name)
+            if obj is None:
+                continue
+            try:
+                self.fairness.remember_placement(pod.uid, pod_placement(obj))
+            except ObjectError as exc:
+                log.warning("reclaim: pod %s: %s", pod.key, exc)
+
+    # ------------------------------------------------------------------ debug
+    def view(self) -> dict[str, Any]:
+        config = self.config
+        now = self.monotonic()
+        return {
+            "mode": config.mode,
+            "evictionsPerMinute": config.evictions_per_minute,
+            "minRuntimeSeconds": config.min_runtime_seconds,
+            "intervalSeconds": config.interval_seconds,
+            "leaderLease": config.leader_lease,
+            "leading": self.leading,
+            "rounds": self.rounds,
+            "evictionsLastMinute": sum(1 for t in self.recent if now - t <= WINDOW),
+            "retryLater": {uid: round(at - now, 3) for uid, at in self.retry_at.items() if at > now},
+            "lastError": self.last_error,
+        }
+
+
+def _add(target: dict[Any, Any], amounts: Mapping[Any, Any], sign: int) -> None:
+    for key, value in amounts.items():
+        target[key] = target.get(key, 0) + sign * value
+
+
+def _fmt(share: Any) -> str:
+    if isinstance(share, float):
+        return f"{share:.1f}" if share == share and share != float("inf") else str(share)
+    return str(share)

@@ -1,0 +1,107 @@
+"""Preemption candidates are ordered by when the cluster admitted each pod, as the API objects record
+it (PodScheduled=True's lastTransitionTime, or the Kueue Workload's QuotaReserved time), ties by UID:
+the same cluster gives the same victims before and after an extender restart, whatever order the
+pods reach the new process in."""
+
+from __future__ import annotations
+
+import json
+import random
+from datetime import UTC, datetime
+from typing import Any
+
+from app.cluster.objects import pod_from_obj
+from app.cluster.workloads import WorkloadAdmissions
+from tests.app.test_fairness import COHORT_9
+from tests.conftest import in_queue, make_service, node_obj, pod_obj
+
+T0 = 1_760_000_000  # an arbitrary whole second
+
+
+def stamp(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def worker(uid: str, bound_at: float) -> dict[str, Any]:
+    """A 2-GPU pod of cq-p1 on n1, equal priority, bound at ``bound_at`` as its object records it."""
+    pod = in_queue(pod_obj(uid, gpus=2, cpu=None, memory=None, node="n1", namespace="p1", uid=uid), "lq")
+    pod["status"]["conditions"] = [
+        {"type": "PodScheduled", "status": "True", "lastTransitionTime": stamp(bound_at)},
+    ]
+    return pod
+
+
+# Bound in the order d, b, a, c: the two most recently admitted are c (T0+30) and a (T0+20).
+WORKERS = [worker("a", T0 + 20), worker("b", T0 + 10), worker("c", T0 + 30), worker("d", T0)]
+
+
+def preempt_victims(service: Any) -> list[str]:
+    """Incoming 5 GPUs in cq-p2 (the reference's worked example: two victims of cq-p1's four)."""
+    pod = in_queue(pod_obj("in", gpus=5, cpu=None, memory=None, namespace="p2", uid="in"), "lq")
+    body = {
+        "Pod": pod,
+        "NodeNameToMetaVictims": {"n1": {"Pods": [{"UID": u} for u in "abcd"], "NumPDBViolations": 0}},
+    }
+    answer = service.preempt(json.dumps(body).encode())["NodeNameToMetaVictims"]
+    return [v["UID"] for v in answer["n1"]["Pods"]]
+
+
+def test_pod_admission_time_is_read_from_the_object() -> None:
+    assert pod_from_obj(worker("x", T0 + 5)).admitted_at == T0 + 5
+    unbound = pod_obj("u", gpus=1)
+    assert pod_from_obj(unbound).admitted_at == 0.0  # not admitted yet
+    created_bound = pod_obj("n", gpus=1, node="n1")
+    created_bound["metadata"]["creationTimestamp"] = stamp(T0 + 7)  # spec.nodeName at creation: no scheduler
+    assert pod_from_obj(created_bound).admitted_at == T0 + 7
+
+
+def test_a_restart_between_two_identical_preempt_calls_gives_the_same_victims() -> None:
+    """The first process saw the pods arrive one by one in one order; the restarted one lists them in
+    another. Both take c and a: the most recently admitted first (Kueue's candidate order)."""
+    config = {"queues": COHORT_9}
+    first = make_service([node_obj("n1", gpus=9)], [], config=config)
+    for obj in sorted(WORKERS, key=lambda p: p["metadata"]["uid"]):  # a, b, c, d: not the binding order
+        first.cache.upsert_pod(pod_from_obj(obj))
+    before = preempt_victims(first)
+    assert sorted(before) == ["a", "c"]
+
+    for seed in range(5):  # the "restarted" service: a fresh process that lists the same pods in any order
+        shuffled = list(WORKERS)
+        random.Random(seed).shuffle(shuffled)
+        restarted = make_service([node_obj("n1", gpus=9)], shuffled, config=config)
+        assert preempt_victims(restarted) == before
+
+
+def test_equal_admission_times_are_ordered_by_uid() -> None:
+    """PodScheduled has whole seconds: pods bound in the same second tie, and the UID decides (Kueue's
+    last tie-break, ascending), not the order the process happened to see them in."""
+    tied = [worker(uid, T0) for uid in "dcba"]
+    service = make_service([node_obj("n1", gpus=9)], tied, config={"queues": COHORT_9})
+    assert sorted(preempt_victims(service)) == ["a", "b"]
+
+
+def test_a_watched_workloads_quota_reservation_time_wins_over_the_pods() -> None:
+    """With Kueue's Workloads watched, a pod's admission is its Workload's QuotaReserved time: b's Workload
+    (owned by b's Job) reserved quota last, so b and c (the next most recent pod time) are taken."""
+    pods = [worker("a", T0 + 20), worker("b", T0 + 10), worker("c", T0 + 30), worker("d", T0)]
+    pods[1]["metadata"]["ownerReferences"] = [{"kind": "Job", "name": "job-b", "uid": "job-b", "controller": True}]
+    service = make_service([node_obj("n1", gpus=9)], pods, config={"queues": COHORT_9})
+    assert service.fairness is not None
+    workloads = WorkloadAdmissions()
+    workloads.replace(
+        [
+            {
+                "metadata": {"name": "job-b-1234", "namespace": "p1", "ownerReferences": [{"uid": "job-b"}]},
+                "status": {
+                    "conditions": [
+                        {"type": "QuotaReserved", "status": "True", "lastTransitionTime": stamp(T0 + 100)},
+                        {"type": "Admitted", "status": "True", "lastTransitionTime": stamp(T0 + 101)},
+                    ]
+                },
+            }
+        ]
+    )
+    service.fairness.workloads = workloads
+    assert sorted(preempt_victims(service)) == ["b", "c"]
+    workloads.delete({"metadata": {"name": "job-b-1234", "namespace": "p1"}})  # back to the pods' own times
+    assert sorted(preempt_victims(service)) == ["a", "c"]
