@@ -186,7 +186,53 @@ def _request_node(raw: msgspec.Raw, index: int) -> RequestNode:
     return RequestNode(name, raw, node.status.allocatable if node.status else None, True)
 
 
+# kube-scheduler's NodeList-mode body, as Go encodes ExtenderArgs: the Pod, then the NodeList (empty
+# metadata), then NodeNames null; each item a v1.Node, whose name Go writes first.
+_GO_NODES_OPEN = b',"Nodes":{"metadata":{},"items":['
+_GO_NODES_CLOSE = b']},"NodeNames":null}'
+_GO_NODE_OPEN = b'{"metadata":{"name":"'
+_GO_NODE_NEXT = b'},{"metadata":{"name":"'
+_NODE_NAME_CHARS = re.compile(r"[A-Za-z0-9.\-]+")
+
+
+def _go_node_list(body: bytes) -> ExtenderArgs | None:
+    """A NodeList-mode body in exactly Go's layout, split into nodes without decoding them.
+
+    Scanning 1,000 full Nodes (10 MB) as JSON takes about 5 ms; finding where each one starts takes
+    a fraction of that. Quotes inside JSON strings are escaped, and no object nested in a v1.Node
+    (images, taints, conditions, addresses, managedFields...) begins with a ``metadata`` member, so
+    ``},{"metadata":{"name":"`` can only be the seam between two items. The nodes are echoed as
+    received; the Pod is decoded (and so checked) by the caller. Anything unexpected returns None and
+    the body takes the decoding path.
+    """
+    if not body.startswith(b'{"Pod":{') or not body.endswith(_GO_NODES_CLOSE):
+        return None
+    opening = body.find(_GO_NODES_OPEN)
+    if opening < 0:
+        return None
+    view = memoryview(body)
+    position, end = opening + len(_GO_NODES_OPEN), len(body) - len(_GO_NODES_CLOSE)
+    nodes: list[RequestNode] = []
+    if position < end and not body.startswith(_GO_NODE_OPEN, position):
+        return None
+    while position < end:
+        seam = body.find(_GO_NODE_NEXT, position + len(_GO_NODE_OPEN), end)
+        stop = end if seam < 0 else seam + 1  # the item's closing brace
+        name_start = position + len(_GO_NODE_OPEN)
+        name_end = body.find(b'"', name_start, stop)
+        name = body[name_start:name_end].decode("ascii", "replace") if name_end > name_start else ""
+        if _NODE_NAME_CHARS.fullmatch(name) is None or body[stop - 1 : stop] != b"}":
+            return None
+        nodes.append(RequestNode(name, msgspec.Raw(view[position:stop])))
+        position = end if seam < 0 else seam + 2
+    return ExtenderArgs(body[len(b'{"Pod":') : opening], nodes=nodes)
+
+
 def decode_extender_args(body: bytes) -> ExtenderArgs:
+    if body.endswith(_GO_NODES_CLOSE):
+        split = _go_node_list(body)
+        if split is not None:
+            return split
     try:
         fast = _decoder_go_args.decode(body) if body else None
     except (msgspec.ValidationError, msgspec.DecodeError):

@@ -104,3 +104,47 @@ def test_node_reasons_raw_is_the_map_of_name_to_reason(names: list[str], reasons
     keys = [json.dumps(name).encode() + b":" for name in names]
     raw = wire.node_reasons_raw(keys, reasons, index)
     assert json.loads(bytes(raw)) == {name: reasons[i] for name, i in zip(names, index, strict=True)}
+
+
+_SEAM = '},{"metadata":{"name":"x'  # the item seam, inside strings it must not split anything
+_node_names = st.from_regex(r"[a-z0-9]([a-z0-9.\-]{0,20}[a-z0-9])?", fullmatch=True)
+_texts = st.one_of(st.text(max_size=15), st.just(_SEAM), st.just('"Nodes":{"metadata":{},"items":['))
+_nodes = st.builds(
+    lambda name, labels, images, taints: {
+        "metadata": {"name": name, "labels": labels, "annotations": {"note": _SEAM}},
+        "spec": {"taints": taints},
+        "status": {"allocatable": {"cpu": "4"}, "images": images},
+    },
+    _node_names,
+    st.dictionaries(st.text(max_size=8), _texts, max_size=3),
+    st.lists(st.builds(lambda n, s: {"names": [n], "sizeBytes": s}, _texts, st.integers(0, 2**40)), max_size=3),
+    st.lists(st.builds(lambda k, v: {"key": k, "value": v, "effect": "NoSchedule"}, _texts, _texts), max_size=2),
+)
+
+
+@given(st.lists(_nodes, max_size=6), st.dictionaries(st.text(max_size=5), _texts, max_size=2))
+def test_go_node_lists_split_without_decoding_match_the_full_decode(nodes: list[Any], labels: Any) -> None:
+    """A body in Go's exact NodeList layout is split at the item seams, never inside a string; the
+    names and echoed bytes are those a full decode gives (a trailing space forces that path)."""
+    pod = {"metadata": {"name": "p", "labels": labels}, "spec": {}}
+    body = msgspec.json.encode({"Pod": pod, "Nodes": {"metadata": {}, "items": nodes}, "NodeNames": None})
+    fast = wire._go_node_list(body)
+    slow = wire.decode_extender_args(body + b" ")
+    assert fast is not None and fast.nodes is not None and slow.nodes is not None
+    assert [n.name for n in fast.nodes] == [n.name for n in slow.nodes] == [n["metadata"]["name"] for n in nodes]
+    assert [bytes(n.raw) for n in fast.nodes] == [bytes(n.raw) for n in slow.nodes]
+    assert json.loads(fast.pod_raw) == pod
+    assert [n.allocatable for n in fast.nodes] == [{"cpu": "4"}] * len(nodes)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"Pod":{"metadata":{"name":"p"}},"Nodes":{"metadata":{},"items":[{"kind":"Node"}]},"NodeNames":null}',
+        b'{"Pod":{"metadata":{"name":"p"}},"Nodes":{"metadata":{},"items":[{"metadata":{"name":"a\\u0041"}}]},'
+        b'"NodeNames":null}',
+        b'{"Pod":{},"Nodes":{"metadata":{"resourceVersion":"1"},"items":[]},"NodeNames":null}',
+    ],
+)
+def test_bodies_not_in_go_layout_take_the_decoding_path(body: bytes) -> None:
+    assert wire._go_node_list(body) is None
