@@ -229,6 +229,7 @@ class ExtenderService:
             passed = self.resources.best_scored(pod, candidates.subset(passed), subset)  # the others: left out
         elif batch is not None and batch.known.all():  # prioritize will ask about exactly these
             self.cache.table.remember(passed, batch.rows[keep])
+            wire.remember_node_names(wire.encode(passed), passed)
         reasons = verdicts.reason_counts()
         for reason, count in reasons.items():
             self.metrics.filter_failures.labels(reason).inc(count)

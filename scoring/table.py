@@ -283,7 +283,7 @@ class NodeTable:
         try:  # the common case: every name known, looked up at C speed
             rows = np.fromiter(map(self.index.__getitem__, names), dtype=np.intp, count=size)
             known = np.ones(size, dtype=np.bool_)
-            self.remember(list(names), rows)
+            self.remember(names if isinstance(names, list) else list(names), rows)  # kept as is, never modified
         except KeyError:
             found = [self.index.get(name, -1) for name in names]
             rows = np.array(found, dtype=np.intp)
@@ -325,6 +325,8 @@ class NodeTable:
         for version, seen, rows in self._recent:
             if version != self._version or len(seen) != len(names) or first is None:
                 continue
+            if seen is names:  # the very list seen before (the wire keeps decoded name lists)
+                return rows.copy()
             at = np.flatnonzero(rows == first)
             if not at.size:
                 continue

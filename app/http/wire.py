@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -166,7 +167,7 @@ class _GoExtenderArgs(msgspec.Struct):
 
     Pod: msgspec.Raw = msgspec.Raw(b"")
     Nodes: _NodeList | None = None
-    NodeNames: list[str] | None = None
+    NodeNames: msgspec.Raw = msgspec.Raw(b"")  # decoded through _node_names (memoised by its bytes)
 
 
 _decoder_go_args = msgspec.json.Decoder(_GoExtenderArgs)
@@ -193,6 +194,41 @@ _GO_NODES_CLOSE = b']},"NodeNames":null}'
 _GO_NODE_OPEN = b'{"metadata":{"name":"'
 _GO_NODE_NEXT = b'},{"metadata":{"name":"'
 _NODE_NAME_CHARS = re.compile(r"[A-Za-z0-9.\-]+")
+
+
+# kube-scheduler sends the same candidate list again and again (its feasible nodes change only as
+# nodes fill up), and prioritize gets the list filter answered: decoding 5,000 names costs ~0.25 ms,
+# comparing their bytes with a recent list a tenth of that. Returning the very same list object
+# also lets the node table recognise it at once. Callers must not modify the list.
+_NAME_LISTS_KEPT = 8
+_name_lists: OrderedDict[bytes, list[str]] = OrderedDict()
+
+
+def _node_names(raw: msgspec.Raw) -> list[str] | None:
+    """``NodeNames`` as a list of strings (the same object for the same bytes), or None when it is
+    not a list of strings (the general path then says what is wrong)."""
+    key = bytes(raw)
+    names = _name_lists.get(key)
+    if names is not None:
+        _name_lists.move_to_end(key)
+        return names
+    try:
+        names = _decoder_names.decode(key)
+    except msgspec.DecodeError:
+        return None
+    if names is None:
+        return None
+    remember_node_names(key, names)
+    return names
+
+
+def remember_node_names(encoded: bytes, names: list[str]) -> None:
+    """Keep ``names`` for a later request whose ``NodeNames`` are exactly ``encoded`` (filter's answer
+    is what prioritize will be sent)."""
+    _name_lists[encoded] = names
+    _name_lists.move_to_end(encoded)
+    while len(_name_lists) > _NAME_LISTS_KEPT:
+        _name_lists.popitem(last=False)
 
 
 def _go_node_list(body: bytes) -> ExtenderArgs | None:
@@ -238,8 +274,8 @@ def decode_extender_args(body: bytes) -> ExtenderArgs:
     except (msgspec.ValidationError, msgspec.DecodeError):
         fast = None  # the general path below says precisely what is wrong
     if fast is not None and memoryview(fast.Pod)[:1].tobytes() == b"{":
-        if fast.NodeNames is not None:
-            return ExtenderArgs(bytes(fast.Pod), node_names=fast.NodeNames)
+        if len(fast.NodeNames) and (names := _node_names(fast.NodeNames)) is not None:
+            return ExtenderArgs(bytes(fast.Pod), node_names=names)
         if fast.Nodes is not None:
             nodes = [_request_node(raw, i) for i, raw in enumerate(fast.Nodes.items or ())]
             return ExtenderArgs(bytes(fast.Pod), nodes=nodes)

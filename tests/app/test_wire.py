@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.http import wire
-from tests.conftest import make_service, node_obj, pod_obj
+from tests.conftest import filter_body, make_service, node_obj, pod_obj
 
 
 def _nodes_body(items: list[bytes], key: str = "Nodes") -> bytes:
@@ -148,3 +148,31 @@ def test_go_node_lists_split_without_decoding_match_the_full_decode(nodes: list[
 )
 def test_bodies_not_in_go_layout_take_the_decoding_path(body: bytes) -> None:
     assert wire._go_node_list(body) is None
+
+
+def test_equal_node_name_lists_decode_to_one_list_that_filter_leaves_unchanged() -> None:
+    """The same NodeNames bytes give the very same list (the node table then knows its rows at once);
+    the list is shared, so filter and prioritize must not modify it."""
+    names = [f"n{i}" for i in range(100)]
+    service = make_service([node_obj(name, gpus=i % 3) for i, name in enumerate(names)])
+    body = json.dumps({"Pod": pod_obj("p", gpus=1), "Nodes": None, "NodeNames": names}, separators=(",", ":"))
+    first = wire.decode_extender_args(body.encode()).node_names
+    again = wire.decode_extender_args(body.replace('"p"', '"q"').encode()).node_names
+    assert first is again and first == names
+    service.filter(body.encode())
+    service.prioritize(body.encode())
+    assert wire.decode_extender_args(body.encode()).node_names == names
+
+
+def test_prioritize_finds_the_names_filter_answered() -> None:
+    """kube-scheduler sends prioritize the nodes filter let through, encoded as Go encodes them: the
+    list is recognised by its bytes instead of being decoded again."""
+    names = [f"g{i}" for i in range(80)]
+    service = make_service([node_obj(name, gpus=4) for name in names])
+    pod = pod_obj("p", gpus=1)
+    answer = msgspec.json.decode(wire.encode(service.filter(filter_body(pod, names + ["unknown"]))))
+    passed = answer["NodeNames"]
+    assert passed == names
+    go_body = b'{"Pod":' + msgspec.json.encode(pod) + b',"Nodes":null,"NodeNames":' + msgspec.json.encode(passed) + b"}"
+    assert wire.decode_extender_args(go_body).node_names is wire.decode_extender_args(go_body).node_names
+    assert wire._name_lists.get(msgspec.json.encode(passed)) == passed
