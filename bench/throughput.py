@@ -32,7 +32,6 @@ import asyncio
 import contextlib
 import json
 import math
-import os
 import random
 import sys
 import tempfile
@@ -48,12 +47,12 @@ import httpx
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench.plane import GPU, add_nodes, bulk, cpu_seconds
 from tests.e2e.api import pod_manifest
 from tests.e2e.binaries import locate_binaries
 from tests.e2e.controlplane import ADMIN_TOKEN, ControlPlane, Extender, extender_config
 from tests.e2e.process import Proc, wait_for
 
-GPU = "nvidia.com/gpu"
 NAMESPACE = "bench"
 VERBS = ("filter", "prioritize", "bind", "preempt")
 
@@ -70,58 +69,6 @@ class Phase:
 
 
 # --------------------------------------------------------------------------- cluster
-async def _bulk(plane: ControlPlane, calls: list[tuple[str, str, Any, str]], concurrency: int = 16) -> None:
-    """(method, path, body, content type) calls, ``concurrency`` at a time, over one async client."""
-    limit = asyncio.Semaphore(concurrency)
-    async with httpx.AsyncClient(
-        base_url=plane.url,
-        headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
-        verify=str(plane.serving_ca),
-        timeout=60.0,
-    ) as http:
-
-        async def one(method: str, path: str, body: Any, content_type: str) -> None:
-            async with limit:
-                response = await http.request(method, path, json=body, headers={"Content-Type": content_type})
-                if response.status_code not in (200, 201):
-                    raise RuntimeError(f"{method} {path}: {response.status_code} {response.text[:300]}")
-
-        await asyncio.gather(*(one(*call) for call in calls))
-
-
-def add_nodes(plane: ControlPlane, gpu_nodes: int, cpu_nodes: int) -> list[str]:
-    """Nodes as a kubelet would leave them (status, no not-ready taint), created concurrently."""
-    nodes = [(f"gpu-{i:04d}", 8) for i in range(gpu_nodes)] + [(f"cpu-{i:04d}", 0) for i in range(cpu_nodes)]
-    json_type, merge, strategic = (
-        "application/json",
-        "application/merge-patch+json",
-        "application/strategic-merge-patch+json",
-    )
-    asyncio.run(
-        _bulk(
-            plane,
-            [
-                ("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": n}}, json_type)
-                for n, _ in nodes
-            ],
-        )
-    )
-    patches = []
-    for name, gpus in nodes:
-        allocatable = {"cpu": "96", "memory": "768Gi", "pods": "110", **({GPU: str(gpus)} if gpus else {})}
-        patches.append(
-            (
-                "PATCH",
-                f"/api/v1/nodes/{name}/status",
-                {"status": {"capacity": allocatable, "allocatable": allocatable}},
-                strategic,
-            )
-        )
-    asyncio.run(_bulk(plane, patches))
-    asyncio.run(_bulk(plane, [("PATCH", f"/api/v1/nodes/{n}", {"spec": {"taints": None}}, merge) for n, _ in nodes]))
-    return [n for n, _ in nodes]
-
-
 def pod_mix(count: int, gpu_share: float, seed: int) -> list[int]:
     """GPUs per pod: ``gpu_share`` of them ask for one, the rest none (CPU-only), shuffled."""
     rng = random.Random(seed)
@@ -205,17 +152,11 @@ class BindWatch:
         self._stop.set()
 
 
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process, from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _cpu(procs: dict[str, Proc]) -> dict[str, float]:
     out = {}
     for name, proc in procs.items():
         if proc.alive():
-            out[name] = _cpu_seconds(proc.pid)
+            out[name] = cpu_seconds(proc.pid)
     out["driver"] = time.process_time()
     return out
 
@@ -266,7 +207,7 @@ def run_phase(plane: ControlPlane, name: str, gpus: list[int], watch: BindWatch,
     names = {f"{name}-{i:05d}" for i in range(len(gpus))}
     cpu_before = _cpu(plane.procs)
     started = time.monotonic()
-    asyncio.run(_bulk(plane, _pods(name, gpus), concurrency=8))
+    asyncio.run(bulk(plane, _pods(name, gpus), concurrency=8))
     with contextlib.suppress(TimeoutError):  # reported as unbound
         wait_for(f"{len(names)} pods bound", lambda: watch.count(names) == len(names), timeout, interval=0.1)
     bound = watch.count(names)
@@ -421,7 +362,7 @@ def fill(plane: ControlPlane, watch: BindWatch, gpu_nodes: list[str], target: fl
     state = packing(plane, gpu_nodes)
     missing = max(0, math.ceil(target * 8 * len(gpu_nodes)) - round(state["gpuUse"] * 8 * len(gpu_nodes)))
     names = {f"fill-{i:05d}" for i in range(missing)}
-    asyncio.run(_bulk(plane, _pods("fill", [1] * missing), concurrency=8))
+    asyncio.run(bulk(plane, _pods("fill", [1] * missing), concurrency=8))
     wait_for(f"{missing} fill pods bound", lambda: watch.count(names) == len(names), timeout, interval=0.2)
     state = packing(plane, gpu_nodes)
     plane.admin.create(f"/api/v1/namespaces/{NAMESPACE}/pods", pod_manifest("whole-node", gpus=8))
