@@ -170,7 +170,7 @@ def test_prioritize_finds_the_names_filter_answered() -> None:
     names = [f"g{i}" for i in range(80)]
     service = make_service([node_obj(name, gpus=4) for name in names])
     pod = pod_obj("p", gpus=1)
-    answer = msgspec.json.decode(wire.encode(service.filter(filter_body(pod, names + ["unknown"]))))
+    answer = msgspec.json.decode(wire.encode(service.filter(filter_body(pod, [*names, "unknown"]))))
     passed = answer["NodeNames"]
     assert passed == names
     go_body = b'{"Pod":' + msgspec.json.encode(pod) + b',"Nodes":null,"NodeNames":' + msgspec.json.encode(passed) + b"}"
