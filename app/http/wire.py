@@ -213,13 +213,12 @@ def _node_names(raw: msgspec.Raw) -> list[str] | None:
         _name_lists.move_to_end(key)
         return names
     try:
-        names = _decoder_names.decode(key)
+        decoded: list[str] | None = _decoder_names.decode(key)
     except msgspec.DecodeError:
         return None
-    if names is None:
-        return None
-    remember_node_names(key, names)
-    return names
+    if decoded is not None:
+        remember_node_names(key, decoded)
+    return decoded
 
 
 def remember_node_names(encoded: bytes, names: list[str]) -> None:
