@@ -54,6 +54,7 @@ REPO = Path(__file__).resolve().parents[1]
 HEADERS = {"Content-Type": "application/json", "User-Agent": "Go-http-client/1.1", "Accept-Encoding": "gzip"}
 NODELIST_TARGET_MS_PER_1000 = 10.0
 SERVER_TIMING = re.compile(r"\bextender;dur=([0-9.]+)")
+READ_TIMING = re.compile(r"\bread;dur=([0-9.]+)")
 GPU = "nvidia.com/gpu"
 # --queues: the issue's shape. Weights are KEP-8902 fairSharing.resourceWeights of nvidia.com/gpu.
 FLAVOR_LABEL = "gpu-type"
@@ -76,6 +77,7 @@ class Row:
     max_ms: float
     server_p50_ms: float  # the handler's own time (Server-Timing); the rest of p50 is HTTP, uvicorn and the client
     server_p99_ms: float
+    read_p50_ms: float  # of the server's time, reading the request body
     errors: int
     rss_mib: float
     hwm_mib: float
@@ -284,15 +286,15 @@ def check_prioritize(body: bytes, nodes: int) -> bool:
     )
 
 
-def server_ns(header: str) -> int | None:
-    """The handler's time from ``Server-Timing: extender;dur=<ms>`` (None when absent)."""
-    match = SERVER_TIMING.search(header)
+def server_ns(header: str, metric: re.Pattern[str] = SERVER_TIMING) -> int | None:
+    """A duration from ``Server-Timing`` (``extender``: the handler's; ``read``: its body read), or None."""
+    match = metric.search(header)
     return round(float(match[1]) * 1e6) if match else None
 
 
 def measure(
     client: Client, path: str, bodies: list[bytes], count: int, check: Callable[[bytes], bool]
-) -> tuple[list[int], list[int], int]:
+) -> tuple[list[int], list[int], list[int], int]:
     """Sequential requests cycling over ``bodies`` (POST, or GET for an empty body): sorted round-trip
     ns, sorted server-side ns (from Server-Timing, for the verbs), errors.
 
@@ -300,6 +302,7 @@ def measure(
     """
     samples: list[int] = []
     handler: list[int] = []
+    reads: list[int] = []
     errors = 0
     gc.collect()
     gc.disable()
@@ -309,14 +312,16 @@ def measure(
             started = time.perf_counter_ns()
             status, content, timing = client.request("POST" if body else "GET", path, body)
             samples.append(time.perf_counter_ns() - started)
-            took = server_ns(timing)
+            took, read = server_ns(timing), server_ns(timing, READ_TIMING)
             if took is not None:
                 handler.append(took)
+            if read is not None:
+                reads.append(read)
             if status != 200 or not check(content):
                 errors += 1
     finally:
         gc.enable()
-    return sorted(samples), sorted(handler), errors
+    return sorted(samples), sorted(handler), sorted(reads), errors
 
 
 @dataclass
@@ -364,12 +369,11 @@ def run_case(mode: str, n: int, options: Options, workdir: Path) -> list[Row]:
         try:
             for verb, verb_bodies, check, budget in cases:
                 measure(client, f"/{verb}", verb_bodies, options.warmup, check)
-                samples, handler, errors = measure(client, f"/{verb}", verb_bodies, options.requests, check)
+                samples, handler, reads, errors = measure(client, f"/{verb}", verb_bodies, options.requests, check)
                 p50, p99, top = percentile(samples, 50), percentile(samples, 99), samples[-1] / 1e6
                 srv50, srv99 = (percentile(handler, q) if handler else math.nan for q in (50, 99))
-                row = Row(
-                    mode, options.queues, n, verb, len(samples), p50, p99, top, srv50, srv99, errors, 0, 0, budget
-                )
+                timing = (p50, p99, top, srv50, srv99, percentile(reads, 50) if reads else math.nan)
+                row = Row(mode, options.queues, n, verb, len(samples), *timing, errors, 0, 0, budget)
                 rows.append(row)
         finally:
             client.close()
@@ -383,12 +387,12 @@ def run_case(mode: str, n: int, options: Options, workdir: Path) -> list[Row]:
 
 
 def table(rows: list[Row]) -> str:
-    header = ["mode", "nodes", "verb", "n", "p50 ms", "p99 ms", "max ms", "srv p50", "srv p99", "errors"]
+    header = ["mode", "nodes", "verb", "n", "p50 ms", "p99 ms", "max ms", "srv p50", "srv p99", "read p50", "errors"]
     header += ["RSS MiB", "HWM MiB", "target", ""]
     lines = [header]
     for r in rows:
         target = f"srv p99 <= {r.target_ms:g} ms" if r.target_ms is not None else "-"
-        handler = ["-" if math.isnan(v) else f"{v:.2f}" for v in (r.server_p50_ms, r.server_p99_ms)]
+        handler = ["-" if math.isnan(v) else f"{v:.2f}" for v in (r.server_p50_ms, r.server_p99_ms, r.read_p50_ms)]
         times = [f"{r.p50_ms:.2f}", f"{r.p99_ms:.2f}", f"{r.max_ms:.2f}", *handler]
         memory = [f"{r.rss_mib:.0f}", f"{r.hwm_mib:.0f}"]
         mode = f"{r.mode}+queues" if r.queues else r.mode
