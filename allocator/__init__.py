@@ -7,7 +7,10 @@ HTTP, no Kubernetes client, like kube-scheduler's structured allocator.
   annotations); ``errors`` - the package's base error;
 * ``pools`` - per-node pool gathering, validation and KEP-5773 order, memoised in ``SliceIndex``;
 * ``cel`` - CEL selectors (cel-expr-python) with the Kubernetes quantity and semver libraries;
+* ``requests`` - a claim's requests set up for the search; ``outcome`` - what Allocate answers;
 * ``allocate`` - the backtracking first-fit search and the AllocationResult it builds;
+* ``capacity`` - consumable capacity (shares, request policies); ``counters`` - shared counters
+  of partitionable devices; ``constraints`` - matchAttribute / distinctAttribute;
 * ``nodeselector`` / ``result`` - core/v1 NodeSelector matching, allocation JSON.
 """
 
@@ -19,6 +22,7 @@ from allocator.allocate import (
     Allocator,
     Unschedulable,
 )
+from allocator.capacity import NO_SHARES, SharedDevices
 from allocator.cel import SelectorCache, SelectorError
 from allocator.errors import AllocatorError
 from allocator.nodeselector import node_selector_matches, node_selector_to_obj
@@ -46,6 +50,7 @@ from allocator.types import (
 )
 
 __all__ = [
+    "NO_SHARES",
     "POOL_PRIORITY_ANNOTATION",
     "PRIORITY_ANNOTATION",
     "REASON_CANNOT_ALLOCATE",
@@ -68,6 +73,7 @@ __all__ = [
     "ResourceSlice",
     "SelectorCache",
     "SelectorError",
+    "SharedDevices",
     "SliceIndex",
     "Unschedulable",
     "allocated_device_ids",

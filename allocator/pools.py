@@ -8,8 +8,9 @@ Gathering, for one node (upstream semantics):
 
 1. relevant slices: ``nodeName`` is the node, ``allNodes``, a matching ``nodeSelector``, a
    ``perDeviceNodeSelection`` slice with at least one device for the node, and every slice with
-   ``sharedCounters`` (whose devices, though, only count where the slice's own node selection
-   matches); anything else is a future extension and skipped;
+   ``sharedCounters`` (a counter slice: its counter sets belong to every node's view of the pool,
+   and it offers no devices, as in 1.36 where a slice has either devices or counters); anything
+   else is a future extension and skipped;
 2. per (driver, pool) keep the relevant slices of the highest generation seen;
 3. complete if their number is the pool's ``resourceSliceCount``; otherwise all slices of the pool
    are scanned: a higher generation elsewhere makes the pool *obsolete* (dropped silently), else it
@@ -27,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
+from allocator.counters import PoolCounters
 from allocator.nodeselector import node_selector_matches
 from allocator.types import (
     Device,
@@ -101,6 +103,7 @@ class Pool:
     has_binding_conditions: bool = False
     incomplete: bool = False
     invalid: str = ""  # why the pool is invalid ("" if it is not)
+    counters: PoolCounters | None = None  # its counter sets, when it has any (partitionable devices)
 
     @property
     def id(self) -> str:
@@ -123,7 +126,8 @@ class NodePools:
 
     ``gathered`` has every pool (usable or not) in order; ``pools`` the usable ones; ``candidates``
     their devices flattened in search order; ``off_node`` the positions in ``candidates`` of
-    per-device-node-selection devices that are not for this node (skipped after their selectors).
+    per-device-node-selection devices that are not for this node (skipped after their selectors);
+    ``counters`` the usable pools' counter sets by (driver, pool).
     """
 
     node: str
@@ -134,6 +138,7 @@ class NodePools:
     off_node: frozenset[int]
     has_invalid: bool
     local_selector: NodeSelector  # matchFields metadata.name In [node], shared by node-local results
+    counters: Mapping[PoolKey, PoolCounters] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.gathered)
@@ -191,6 +196,17 @@ def _validate(slices: tuple[ResourceSlice, ...], generation_slices: Iterable[Res
     return ""
 
 
+def _pool_counters(slices: Iterable[ResourceSlice], members: Iterable[ResourceSlice]) -> PoolCounters | None:
+    """The counter sets of the pool's ``slices`` and every device of ``members`` that consumes them."""
+    sets = {cs.name: cs.counters for s in slices for cs in s.shared_counters}
+    if not sets:
+        return None
+    consumers = tuple(
+        (DeviceID(s.driver, s.pool.name, d.name), d) for s in members for d in s.devices if d.consumes_counters
+    )
+    return PoolCounters(sets, consumers)
+
+
 def _local_selector(node: str) -> NodeSelector:
     return NodeSelector((NodeSelectorTerm(match_fields=(NodeSelectorRequirement("metadata.name", "In", (node,)),)),))
 
@@ -220,35 +236,34 @@ def gather_pools(
         group.sort(key=lambda s: (-s.priority, s.name))
         first = min(group, key=lambda s: s.name)  # upstream reads "the first slice"; by name is deterministic
         generation, count = first.pool.generation, first.pool.resource_slice_count
-        members = pool_slices.get(key)
-        all_slices = list(members.values()) if members is not None else []
+        in_pool = pool_slices.get(key)
+        all_slices = list(in_pool.values()) if in_pool is not None else []
         stats = _stats(all_slices)
         complete = len(group) == count
+        members: list[ResourceSlice] = group
         if not complete:
             if stats.max_generation > generation:
                 continue  # obsolete: the driver is replacing this generation
-            complete = stats.counts.get(generation, 0) == count
+            members = [s for s in all_slices if s.pool.generation == generation]
+            complete = len(members) == count
         slices = tuple(group)
         has_bc = any(d.binding_conditions for s in slices for d in s.devices)
         if not complete:
             gathered.append(Pool(key[0], key[1], generation, first.pool.priority, slices, has_bc, incomplete=True))
             continue
         invalid = _validate(slices, (s for s in all_slices if s.pool.generation == generation), stats)
-        gathered.append(Pool(key[0], key[1], generation, first.pool.priority, slices, has_bc, invalid=invalid))
+        counters = None if invalid else _pool_counters(slices, members)
+        gathered.append(
+            Pool(key[0], key[1], generation, first.pool.priority, slices, has_bc, invalid=invalid, counters=counters)
+        )
     gathered.sort(key=lambda p: (p.driver, -p.priority, p.has_binding_conditions, p.name))
     usable = tuple(p for p in gathered if p.usable)
     flat: list[Candidate] = []
     off_node: set[int] = set()
     for pool in usable:
         for s in pool.slices:
-            # A counter slice's counter sets are part of every node's view of the pool; its devices
-            # only of the nodes the slice itself names.
-            if (
-                s.shared_counters
-                and not s.per_device_node_selection
-                and not _node_matches(node, s.node_name, s.all_nodes, s.node_selector)
-            ):
-                continue
+            if s.shared_counters:
+                continue  # a counter slice: counter sets for the whole pool, no devices (1.36 buildPool)
             flat.extend(candidates[s.name])
     # Per-device node selection is decided per node, after the selectors (as upstream's isSelectable).
     for i, c in enumerate(flat):
@@ -266,6 +281,7 @@ def gather_pools(
         off_node=frozenset(off_node),
         has_invalid=any(p.invalid for p in gathered),
         local_selector=_local_selector(node.name),
+        counters={(p.driver, p.name): p.counters for p in usable if p.counters is not None},
     )
     return pools, tuple(groups)
 
