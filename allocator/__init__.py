@@ -24,6 +24,7 @@ from allocator.allocate import (
 )
 from allocator.capacity import NO_SHARES, SharedDevices
 from allocator.cel import SelectorCache, SelectorError
+from allocator.counters import PoolCounters
 from allocator.errors import AllocatorError
 from allocator.nodeselector import node_selector_matches, node_selector_to_obj
 from allocator.parse import (
@@ -34,7 +35,13 @@ from allocator.parse import (
 )
 from allocator.parse_slice import parse_resource_slice
 from allocator.pools import NodePools, Pool, SliceIndex
-from allocator.result import allocated_device_ids, allocation_to_obj, parse_allocation
+from allocator.result import (
+    AllocatedShare,
+    allocated_device_ids,
+    allocated_shares,
+    allocation_to_obj,
+    parse_allocation,
+)
 from allocator.types import (
     POOL_PRIORITY_ANNOTATION,
     PRIORITY_ANNOTATION,
@@ -56,6 +63,7 @@ __all__ = [
     "REASON_CANNOT_ALLOCATE",
     "REASON_INVALID_POOLS",
     "Allocated",
+    "AllocatedShare",
     "AllocationError",
     "AllocationResult",
     "Allocator",
@@ -68,6 +76,7 @@ __all__ = [
     "NodeSelector",
     "ParseError",
     "Pool",
+    "PoolCounters",
     "ResourceClaim",
     "ResourceClaimConsumer",
     "ResourceSlice",
@@ -77,6 +86,7 @@ __all__ = [
     "SliceIndex",
     "Unschedulable",
     "allocated_device_ids",
+    "allocated_shares",
     "allocation_to_obj",
     "node_selector_matches",
     "node_selector_to_obj",
