@@ -66,15 +66,9 @@ __all__ = [
 ]
 
 
-@dataclass(slots=True, eq=False)
-class _Pick:
-    """One device taken in this attempt; ``share_id`` and ``consumed`` are set for a share."""
-
-    alt: Alternative
-    candidate: Candidate
-    share_id: str | None = None
-    consumed: Consumption | None = None
-    counters: PoolCounters | None = None  # the pool whose counters this pick took
+# One device taken in this attempt: (alternative, candidate, shareID, consumed, counters), the last
+# three set for a share (shareID, what it consumes) and for a device that took its pool's counters.
+_Pick = tuple[Alternative, Candidate, str | None, Consumption | None, PoolCounters | None]
 
 
 @dataclass(slots=True, eq=False)
@@ -193,6 +187,7 @@ class _Search:
         self.shares: dict[DeviceID, int] = {}
         self.allocating: dict[DeviceID, dict[str, Fraction]] = {}
         self.counter_use = CounterUse(allocator.available_counters)
+        self.any_shares = bool(allocator.shared)  # False: no device holds a share outside this search
 
     def run(self) -> bool:
         return self._request(0, 0)
@@ -331,26 +326,31 @@ class _Search:
         return found
 
     def _has_shares(self, device: DeviceID) -> bool:
-        return device in self.allocator.shared or bool(self.shares.get(device))
+        return bool(self.shares.get(device)) or (self.any_shares and device in self.allocator.shared)
 
     def _push(self, c: int, i: int, alt: Alternative, candidate: Candidate) -> int:
         """Take the device for the claim if its capacity, its pool's counters and every constraint
         allow it (everything rolled back otherwise): ``_OK``, ``_NO_ROOM`` or ``_CONSTRAINT``."""
         device, device_id = candidate.device, candidate.id
-        consumed, alone = self._consumption(candidate, alt)
-        if consumed is None:
-            return _NO_ROOM
-        if consumed:
-            existing = self.allocator.shared.consumed(device_id)
-            allocating = self.allocating.get(device_id)
-            if not (alone if existing is None and allocating is None else fits(device, consumed, existing, allocating)):
-                return _NO_ROOM
-        multi = device.allow_multiple_allocations
+        consumed: Consumption | None = None
         counters = None
-        if device.consumes_counters and not (multi and self._has_shares(device_id)):
-            counters = self.pools.counters.get((device_id.driver, device_id.pool))
-            if counters is None or not self.counter_use.take(counters, device.consumes_counters):
+        if not candidate.plain or alt.capacity is not None or (self.any_shares and device_id in self.allocator.shared):
+            shared, multi = self.allocator.shared, device.allow_multiple_allocations
+            consumed, alone = self._consumption(candidate, alt)
+            if consumed is None:
                 return _NO_ROOM
+            if consumed:
+                existing = shared.consumed(device_id) if self.any_shares else None
+                allocating = self.allocating.get(device_id)
+                if existing is None and allocating is None:
+                    if not alone:
+                        return _NO_ROOM
+                elif not fits(device, consumed, existing, allocating):
+                    return _NO_ROOM
+            if device.consumes_counters and not (multi and self._has_shares(device_id)):
+                counters = self.pools.counters.get((device_id.driver, device_id.pool))
+                if counters is None or not self.counter_use.take(counters, device.consumes_counters):
+                    return _NO_ROOM
         state = self.states[c]
         applied: list[Constraint] = []
         for constraint in state.constraints:
@@ -363,27 +363,27 @@ class _Search:
                     self.counter_use.give_back(counters, device.consumes_counters)
                 return _CONSTRAINT
             applied.append(constraint)
-        if multi:
-            state.picked.append(_Pick(alt, candidate, self.allocator.share_ids(), consumed, counters))
+        if device.allow_multiple_allocations:
+            state.picked.append((alt, candidate, self.allocator.share_ids(), consumed, counters))
             self.shares[device_id] = self.shares.get(device_id, 0) + 1
             if consumed:
                 sums = self.allocating.setdefault(device_id, {})
                 for name, amount in consumed.items():
                     sums[name] = sums.get(name, 0) + amount.value
         else:
-            state.picked.append(_Pick(alt, candidate, counters=counters))
+            state.picked.append((alt, candidate, None, None, counters))
             self.picked.setdefault(device_id, []).append((c, alt.admin_access))
         return _OK
 
     def _pop(self, c: int) -> None:
         state = self.states[c]
-        pick = state.picked.pop()
-        device_id = pick.candidate.id
-        if pick.share_id is not None:
+        alt, candidate, share_id, consumed, counters = state.picked.pop()
+        device_id = candidate.id
+        if share_id is not None:
             self.shares[device_id] -= 1
-            if pick.consumed:
+            if consumed:
                 sums = self.allocating[device_id]
-                for name, amount in pick.consumed.items():
+                for name, amount in consumed.items():
                     sums[name] -= amount.value
             if not self.shares[device_id]:
                 del self.shares[device_id]
@@ -393,26 +393,26 @@ class _Search:
             holders.pop()  # the search is depth-first, so the last hold is this one
             if not holders:
                 del self.picked[device_id]
-        if pick.counters is not None:
-            self.counter_use.give_back(pick.counters, pick.candidate.device.consumes_counters)
+        if counters is not None:
+            self.counter_use.give_back(counters, candidate.device.consumes_counters)
         for constraint in state.constraints:
-            if constraint.applies(pick.alt):
+            if constraint.applies(alt):
                 constraint.remove()
 
     # ------------------------------------------------------------------ results
     def result(self, state: _ClaimState) -> AllocationResult:
         devices = tuple(
             DeviceRequestAllocationResult(
-                request=pick.alt.result_name,
-                driver=pick.candidate.id.driver,
-                pool=pick.candidate.id.pool,
-                device=pick.candidate.id.device,
-                admin_access=True if pick.alt.admin_access else None,
-                tolerations=pick.alt.tolerations,
-                share_id=pick.share_id,
-                consumed_capacity={name: q.text for name, q in pick.consumed.items()} if pick.consumed else None,
+                request=alt.result_name,
+                driver=candidate.id.driver,
+                pool=candidate.id.pool,
+                device=candidate.id.device,
+                admin_access=True if alt.admin_access else None,
+                tolerations=alt.tolerations,
+                share_id=share_id,
+                consumed_capacity={name: q.text for name, q in consumed.items()} if consumed else None,
             )
-            for pick in state.picked
+            for alt, candidate, share_id, consumed, _ in state.picked
         )
         return AllocationResult(devices=devices, config=self._config(state), node_selector=self._node_selector(state))
 
@@ -445,8 +445,7 @@ class _Search:
     def _node_selector(self, state: _ClaimState) -> NodeSelector | None:
         """Node-local devices pin the claim to the node; otherwise the merged terms of the devices used."""
         requirements: dict[tuple[str, str, str, frozenset[str]], NodeSelectorRequirement] = {}
-        for pick in state.picked:
-            candidate = pick.candidate
+        for _, candidate, *_ in state.picked:
             if candidate.node_local:
                 return self.pools.local_selector
             if candidate.selector_error:

@@ -48,6 +48,10 @@ class SharedDevices(Protocol):
         """Whether the device has at least one share (it then consumes its counters once)."""
         ...
 
+    def __bool__(self) -> bool:
+        """Whether any device has a share at all (lets the search skip every lookup when not)."""
+        ...
+
     def consumed(self, device: DeviceID) -> Mapping[str, Fraction] | None:
         """The summed ``consumedCapacity`` of the device's shares; None if none recorded any."""
         ...
@@ -55,6 +59,9 @@ class SharedDevices(Protocol):
 
 class _NoShares:
     def __contains__(self, device: object) -> bool:
+        return False
+
+    def __bool__(self) -> bool:
         return False
 
     def consumed(self, device: DeviceID) -> Mapping[str, Fraction] | None:

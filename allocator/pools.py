@@ -7,10 +7,13 @@ changes, so a filter over 1,000 nodes does no gathering, validation or sorting a
 Gathering, for one node (upstream semantics):
 
 1. relevant slices: ``nodeName`` is the node, ``allNodes``, a matching ``nodeSelector``, a
-   ``perDeviceNodeSelection`` slice with at least one device for the node, and every slice with
-   ``sharedCounters`` (a counter slice: its counter sets belong to every node's view of the pool,
-   and it offers no devices, as in 1.36 where a slice has either devices or counters); anything
-   else is a future extension and skipped;
+   ``perDeviceNodeSelection`` slice with at least one device for the node, and the counter slices
+   (``sharedCounters``) of every pool one of those belongs to, whatever node they name; anything
+   else is a future extension and skipped. A counter slice offers no devices (in 1.36 a slice has
+   devices or counters, never both). Upstream makes *every* counter slice relevant to every node,
+   so a pool with nothing for the node still shows up there (empty, but able to fail an ``All``
+   request or add "invalid pools" to the reason) and each node gathers every node's MIG pools;
+   here a node only sees the pools it has devices from;
 2. per (driver, pool) keep the relevant slices of the highest generation seen;
 3. complete if their number is the pool's ``resourceSliceCount``; otherwise all slices of the pool
    are scanned: a higher generation elsewhere makes the pool *obsolete* (dropped silently), else it
@@ -63,6 +66,8 @@ class Candidate:
     ``node_local`` and ``selector_term`` are what the device contributes to an allocation's
     ``nodeSelector``: node-local devices pin the claim to the node; otherwise the single term of
     the slice's (or the device's) node selector is merged (``selector_error`` if it has several).
+    ``plain``: taken whole, no counters, no request policy - a request without capacity requests
+    needs no capacity or counter bookkeeping for it (unless it holds shares from before).
     """
 
     id: DeviceID
@@ -71,6 +76,7 @@ class Candidate:
     node_local: bool
     selector_term: NodeSelectorTerm | None
     selector_error: str
+    plain: bool = True
 
 
 def _candidates(s: ResourceSlice) -> tuple[Candidate, ...]:
@@ -87,7 +93,12 @@ def _candidates(s: ResourceSlice) -> tuple[Candidate, ...]:
                 term = selector.terms[0]
             elif len(selector.terms) > 1:
                 error = f"unsupported ResourceSlice.NodeSelector with {len(selector.terms)} terms"
-        out.append(Candidate(DeviceID(s.driver, s.pool.name, device.name), device, s, local, term, error))
+        plain = not (
+            device.allow_multiple_allocations
+            or device.consumes_counters
+            or any(c.request_policy is not None for c in device.capacity.values())
+        )
+        out.append(Candidate(DeviceID(s.driver, s.pool.name, device.name), device, s, local, term, error, plain))
     return tuple(out)
 
 
@@ -288,8 +299,6 @@ def gather_pools(
 
 def _scope(s: ResourceSlice) -> str:
     """How a slice's relevance is decided: "node" (its nodeName), "wide" (labels / all nodes) or "none"."""
-    if s.shared_counters:
-        return "wide"  # counter sets belong to every node's view of the pool
     if s.node_name is not None:
         return "node"
     if s.all_nodes or s.node_selector is not None or s.per_device_node_selection:
@@ -298,7 +307,7 @@ def _scope(s: ResourceSlice) -> str:
 
 
 def _relevant(s: ResourceSlice, node: NodeRef) -> bool:
-    if s.shared_counters or s.all_nodes:
+    if s.all_nodes:
         return True
     if s.node_selector is not None:
         return node_selector_matches(s.node_selector, node)
@@ -326,9 +335,9 @@ class SliceIndex:
     """All ResourceSlices, indexed at cache-update time, with ``NodePools`` memoised per node.
 
     Invalidation is precise: a change to a slice forgets the memo of the node it names (old and
-    new version), of every node whose memo used its pool (completeness and the KEP-5773 check
-    look at a pool's slices on other nodes too), and of all nodes when it is a node-selector,
-    all-nodes, per-device or counter slice. A node whose labels changed is re-gathered when its
+    new version), of every node whose memo used its pool (completeness, the KEP-5773 check and
+    counter sets look at a pool's slices on other nodes too), and of all nodes when it is a
+    node-selector, all-nodes or per-device slice. A node whose labels changed is re-gathered when its
     memo depended on labels (``NodeRef.labels`` is compared on every lookup, by identity first).
     """
 
@@ -374,6 +383,13 @@ class SliceIndex:
             dependent = dependent or _label_dependent(s)
             if _relevant(s, node):
                 relevant.append(s)
+        # The counter slices of every pool the node sees belong to its view of the pool, whatever
+        # node they were published for.
+        names = {s.name for s in relevant}
+        for key in {(s.driver, s.pool.name) for s in relevant}:
+            for other in self._by_pool.get(key, {}).values():
+                if other.shared_counters and other.name not in names:
+                    relevant.append(other)
         pools, keys = gather_pools(node, relevant, self._by_pool, self._candidates)
         self._memo[node.name] = _Memo(node.labels, dependent, pools, keys)
         for key in keys:

@@ -24,6 +24,13 @@ from allocator.types import (
 
 __all__ = ["Alternative", "claim_constraint", "claim_requests"]
 
+_NO_CAPACITY: tuple[object, ...] = ("capacity",)
+
+
+def _capacity_key(capacity: Mapping[str, ScaledQuantity] | None) -> tuple[object, ...]:
+    """A hashable key of capacity requests, for the per-device memo of what they consume."""
+    return ("capacity", *sorted((k, q.value) for k, q in capacity.items())) if capacity else _NO_CAPACITY
+
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Alternative:
@@ -92,7 +99,9 @@ def _alternatives(
                 admin_access=admin,
                 tolerations=tolerations,
                 capacity=capacity,
-                capacity_key=("capacity", *sorted((k, q.value) for k, q in (capacity or {}).items())),
+                capacity_key=("capacity", *sorted((k, q.value) for k, q in capacity.items()))
+                if capacity
+                else _NO_CAPACITY,
             )
         )
     return tuple(out)

@@ -431,6 +431,11 @@ class SharedView:
     def __contains__(self, device: object) -> bool:
         return device in self.claimed or any(True for _ in self._inflight_others(device))
 
+    def __bool__(self) -> bool:
+        return bool(self.claimed) or any(
+            holder != self.pod_uid for held in self.inflight.values() for holder, _ in held
+        )
+
     def consumed(self, device: DeviceID) -> Mapping[str, Fraction] | None:
         total: dict[str, Fraction] | None = None
         for consumed in [*(self.claimed.get(device) or {}).values(), *self._inflight_others(device)]:

@@ -227,6 +227,9 @@ class Shares:
     def __contains__(self, device: object) -> bool:
         return device in self._consumed
 
+    def __bool__(self) -> bool:
+        return bool(self._consumed)
+
     def consumed(self, device: DeviceID) -> Mapping[str, Fraction] | None:
         return self._consumed.get(device)
 

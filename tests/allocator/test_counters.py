@@ -18,6 +18,8 @@ from tests.allocator.builders import (
     allocate,
     claim,
     exactly,
+    gpu,
+    index,
     picked,
     shares_of,
     slice_obj,
@@ -218,3 +220,32 @@ def test_a_negative_counter_is_a_parse_error_naming_the_field() -> None:
     obj = counter_slice(sets={"gpu-0": {"memory": "-1Gi"}})
     with pytest.raises(ParseError, match=r"sharedCounters\[0\]\.counters\['memory'\]\.value: must not be negative"):
         parse_resource_slice(obj)
+
+
+def test_counters_published_for_another_node_still_count_for_the_pool() -> None:
+    # The counter slice names node-2; node-1's devices of the same pool still draw from it.
+    slices = mig_node(node="node-2")
+    assert picked(allocate(slices, claim("c", exactly("gpu", WHOLE)))) == ["gpu-0"]
+    assert allocate(slices, claim("a", exactly("gpu", WHOLE)), claim("b", exactly("gpu", MIG))) == Unschedulable(
+        REASON_CANNOT_ALLOCATE
+    )
+
+
+def test_a_node_does_not_see_pools_it_has_no_devices_from() -> None:
+    # Decision: upstream gathers every counter slice on every node, so node-2 would see node-1's
+    # MIG pool (empty); here it does not, and a broken MIG pool elsewhere cannot fail this node.
+    idx = index(*mig_node(), slice_obj("theirs", [gpu("t")], node="node-2", pool="p2"))
+    assert [p.id for p in idx.pools_for(NodeRef("node-2")).gathered] == [f"{DRIVER}/p2"]
+    assert [p.id for p in idx.pools_for(NodeRef(NODE)).gathered] == [f"{DRIVER}/{POOL}"]
+
+
+def test_a_changed_counter_slice_for_another_node_refreshes_the_pool() -> None:
+    counters, devices = mig_node(node="node-2")
+    idx = index(devices)
+    assert idx.pools_for(NodeRef(NODE)).gathered[0].incomplete  # the counter slice is not there yet
+    idx.upsert(parse_resource_slice(counters))
+    pools = idx.pools_for(NodeRef(NODE))
+    assert pools.gathered[0].usable and set(pools.counters[(DRIVER, POOL)].sets) == {"gpu-0"}
+    smaller = counter_slice(node="node-2", sets={"gpu-0": {"memory": "10Gi", "slices": "7"}})
+    idx.upsert(parse_resource_slice(smaller))
+    assert idx.pools_for(NodeRef(NODE)).counters[(DRIVER, POOL)].sets["gpu-0"]["memory"] == 10 * 2**30

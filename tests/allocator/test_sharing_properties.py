@@ -46,6 +46,9 @@ class Ledger:
     def __contains__(self, device: object) -> bool:
         return any(d == device and shared for entries in self.claims.values() for d, _, shared in entries)
 
+    def __bool__(self) -> bool:
+        return any(shared for entries in self.claims.values() for _, _, shared in entries)
+
     def consumed(self, device: DeviceID) -> Mapping[str, Fraction] | None:
         total: dict[str, Fraction] | None = None
         for entries in self.claims.values():
