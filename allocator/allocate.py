@@ -123,6 +123,7 @@ class Allocator:
         self._setup: dict[int, tuple[ResourceClaim, tuple[tuple[Alternative, ...], ...]]] = {}
         self._available: dict[int, tuple[PoolCounters, dict[CounterKey, Fraction]]] = {}
         self._is_allocated = is_allocated(allocated, shared)
+        self.any_shares = bool(shared)  # False: no device holds a share outside the search
 
     def available_counters(self, pool: PoolCounters) -> Mapping[CounterKey, Fraction]:
         """The pool's counters minus what allocated devices consume (once per allocator and pool)."""
@@ -186,8 +187,8 @@ class _Search:
         # Shares taken in this attempt: their number and summed consumption per device.
         self.shares: dict[DeviceID, int] = {}
         self.allocating: dict[DeviceID, dict[str, Fraction]] = {}
-        self.counter_use = CounterUse(allocator.available_counters)
-        self.any_shares = bool(allocator.shared)  # False: no device holds a share outside this search
+        self._counter_use: CounterUse | None = None
+        self.any_shares = allocator.any_shares
 
     def run(self) -> bool:
         return self._request(0, 0)
@@ -324,6 +325,13 @@ class _Search:
             found = _NO_FIT if consumed is None else (consumed, fits(device, consumed, None, None))
             memo[alt.capacity_key] = found
         return found
+
+    @property
+    def counter_use(self) -> CounterUse:
+        """What this search took from pools' counters (made on first use: most searches take none)."""
+        if self._counter_use is None:
+            self._counter_use = CounterUse(self.allocator.available_counters)
+        return self._counter_use
 
     def _has_shares(self, device: DeviceID) -> bool:
         return bool(self.shares.get(device)) or (self.any_shares and device in self.allocator.shared)
