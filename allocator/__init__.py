@@ -7,7 +7,10 @@ HTTP, no Kubernetes client, like kube-scheduler's structured allocator.
   annotations); ``errors`` - the package's base error;
 * ``pools`` - per-node pool gathering, validation and KEP-5773 order, memoised in ``SliceIndex``;
 * ``cel`` - CEL selectors (cel-expr-python) with the Kubernetes quantity and semver libraries;
+* ``requests`` - a claim's requests set up for the search; ``outcome`` - what Allocate answers;
 * ``allocate`` - the backtracking first-fit search and the AllocationResult it builds;
+* ``capacity`` - consumable capacity (shares, request policies); ``counters`` - shared counters
+  of partitionable devices; ``constraints`` - matchAttribute / distinctAttribute;
 * ``nodeselector`` / ``result`` - core/v1 NodeSelector matching, allocation JSON.
 """
 
@@ -19,7 +22,9 @@ from allocator.allocate import (
     Allocator,
     Unschedulable,
 )
+from allocator.capacity import NO_SHARES, SharedDevices
 from allocator.cel import SelectorCache, SelectorError
+from allocator.counters import PoolCounters
 from allocator.errors import AllocatorError
 from allocator.nodeselector import node_selector_matches, node_selector_to_obj
 from allocator.parse import (
@@ -30,7 +35,13 @@ from allocator.parse import (
 )
 from allocator.parse_slice import parse_resource_slice
 from allocator.pools import NodePools, Pool, SliceIndex
-from allocator.result import allocated_device_ids, allocation_to_obj, parse_allocation
+from allocator.result import (
+    AllocatedShare,
+    allocated_device_ids,
+    allocated_shares,
+    allocation_to_obj,
+    parse_allocation,
+)
 from allocator.types import (
     POOL_PRIORITY_ANNOTATION,
     PRIORITY_ANNOTATION,
@@ -46,11 +57,13 @@ from allocator.types import (
 )
 
 __all__ = [
+    "NO_SHARES",
     "POOL_PRIORITY_ANNOTATION",
     "PRIORITY_ANNOTATION",
     "REASON_CANNOT_ALLOCATE",
     "REASON_INVALID_POOLS",
     "Allocated",
+    "AllocatedShare",
     "AllocationError",
     "AllocationResult",
     "Allocator",
@@ -63,14 +76,17 @@ __all__ = [
     "NodeSelector",
     "ParseError",
     "Pool",
+    "PoolCounters",
     "ResourceClaim",
     "ResourceClaimConsumer",
     "ResourceSlice",
     "SelectorCache",
     "SelectorError",
+    "SharedDevices",
     "SliceIndex",
     "Unschedulable",
     "allocated_device_ids",
+    "allocated_shares",
     "allocation_to_obj",
     "node_selector_matches",
     "node_selector_to_obj",

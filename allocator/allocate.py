@@ -9,37 +9,45 @@ This is kube-scheduler's structured allocator (``incubating``) over KEP-5773-ord
 * A candidate is skipped when it is in use (allocated to another claim, in flight for another pod,
   or picked earlier in this attempt), not selectable (class selectors first, then the request's,
   then per-device node selection), needs a feature we do not implement, carries a NoSchedule /
-  NoExecute taint the request does not tolerate, or breaks a ``matchAttribute`` constraint.
+  NoExecute taint the request does not tolerate, lacks the capacity the request asks for
+  (``allocator.capacity``; a device that allows multiple allocations gets a new *share* while
+  its shares fit), would overdraw its pool's shared counters (``allocator.counters``), or breaks a
+  ``matchAttribute`` / ``distinctAttribute`` constraint (``allocator.constraints``).
 * No scoring: priorities already are the order, so the first complete solution is the answer.
 
-Outcomes, with upstream's split: ``Allocated`` (one AllocationResult per claim), ``Unschedulable``
-(this node cannot do it; another node may) or ``AllocationError`` raised (the pod is at fault
-everywhere: unknown class, a selector that does not compile or fails at runtime, an ``All``
-request on a node whose pools are being updated, a claim asking for more than 32 devices).
+``Allocator`` is the facade (set-up of claims in ``allocator.requests``, outcome types in
+``allocator.outcome``); ``_Search`` is one Allocate call.
 """
 
 from __future__ import annotations
 
-from collections.abc import Container, Mapping, Sequence
+import uuid
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 
+from allocator.capacity import NO_SHARES, Consumption, SharedDevices, consumption, fits
 from allocator.cel import SelectorCache, SelectorError
-from allocator.errors import AllocatorError
+from allocator.constraints import Constraint
+from allocator.counters import CounterKey, CounterUse, PoolCounters, is_allocated
+from allocator.outcome import (
+    REASON_CANNOT_ALLOCATE,
+    REASON_INVALID_POOLS,
+    Allocated,
+    AllocationError,
+    Unschedulable,
+)
 from allocator.pools import Candidate, NodePools
+from allocator.requests import Alternative, claim_constraint, claim_requests
 from allocator.types import (
-    ALLOCATION_MODE_ALL,
-    ALLOCATION_MODE_EXACT_COUNT,
     ALLOCATION_RESULTS_MAX_SIZE,
     CONFIG_SOURCE_CLAIM,
     CONFIG_SOURCE_CLASS,
     AllocationResult,
-    Attribute,
     DeviceAllocationConfiguration,
     DeviceClass,
-    DeviceConstraint,
     DeviceID,
     DeviceRequestAllocationResult,
-    DeviceSelector,
     DeviceToleration,
     NodeRef,
     NodeSelector,
@@ -57,74 +65,19 @@ __all__ = [
     "Unschedulable",
 ]
 
-REASON_CANNOT_ALLOCATE = "cannot allocate all claims"  # upstream's node-level message
-REASON_INVALID_POOLS = "invalid resource pools were encountered"
 
-
-class AllocationError(AllocatorError):
-    """The pod cannot be scheduled anywhere as it is (not a property of one node)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Allocated:
-    """One AllocationResult per claim, in the order the claims were given."""
-
-    results: tuple[AllocationResult, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Unschedulable:
-    """The claims cannot be allocated on this node."""
-
-    reason: str
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class _Alternative:
-    """A request as the search sees it: an ``exactly`` request or one ``firstAvailable`` subrequest."""
-
-    request: str  # the parent request's name
-    result_name: str  # "request" or "request/subrequest", as written into the results
-    device_class: DeviceClass
-    selectors: tuple[str, ...]  # class selectors first, then the request's
-    all_devices: bool
-    count: int
-    admin_access: bool
-    tolerations: tuple[DeviceToleration, ...]
-    unsupported: str  # "" if the alternative can be satisfied by this extender at all
-
-
-@dataclass(slots=True, eq=False)
-class _MatchAttribute:
-    """``matchAttribute``: the first device fixes the value, every later one must equal it."""
-
-    attribute: str
-    requests: tuple[str, ...]
-    values: list[Attribute] = field(default_factory=list)
-
-    def applies(self, alt: _Alternative) -> bool:
-        return not self.requests or alt.request in self.requests or alt.result_name in self.requests
-
-    def add(self, candidate: Candidate) -> bool:
-        value = candidate.device.attribute(self.attribute, candidate.id.driver)
-        if value is None:
-            return False  # a device without the attribute never satisfies the constraint
-        if self.values and value != self.values[0]:
-            return False
-        self.values.append(value)
-        return True
-
-    def remove(self) -> None:
-        self.values.pop()
+# One device taken in this attempt: (alternative, candidate, shareID, consumed, counters), the last
+# three set for a share (shareID, what it consumes) and for a device that took its pool's counters.
+_Pick = tuple[Alternative, Candidate, str | None, Consumption | None, PoolCounters | None]
 
 
 @dataclass(slots=True, eq=False)
 class _ClaimState:
     claim: ResourceClaim
-    requests: tuple[tuple[_Alternative, ...], ...]  # per request, its alternatives in order
-    constraints: tuple[_MatchAttribute, ...]
+    requests: tuple[tuple[Alternative, ...], ...]  # per request, its alternatives in order
+    constraints: tuple[Constraint, ...]
     chosen: list[int]  # per request, the index of the alternative in use
-    picked: list[tuple[_Alternative, Candidate]] = field(default_factory=list)
+    picked: list[_Pick] = field(default_factory=list)
 
 
 def _tolerated(candidate: Candidate, tolerations: tuple[DeviceToleration, ...]) -> bool:
@@ -134,109 +87,61 @@ def _tolerated(candidate: Candidate, tolerations: tuple[DeviceToleration, ...]) 
     return True
 
 
-def _check_constraint(where: str, constraint: DeviceConstraint) -> None:
-    if constraint.distinct_attribute is not None:
-        raise AllocationError(f"{where}: distinctAttribute (consumable capacity) is not supported")
-    if constraint.match_attribute is None:
-        raise AllocationError(f"{where}: empty constraint (unsupported constraint type?)")
+def _new_share_id() -> str:
+    return str(uuid.uuid4())  # upstream: a random UID per share
+
+
+_NO_FIT: tuple[Consumption | None, bool] = (None, False)  # memoised "cannot serve this request's capacity"
+_EMPTY: tuple[Consumption | None, bool] = ({}, True)  # no capacity involved at all
+_OK, _NO_ROOM, _CONSTRAINT = 0, 1, 2  # what _Search._push answers
 
 
 class Allocator:
     """Allocates claims against a fixed view of classes and devices in use (one per filter request).
 
-    ``allocated`` is every device held by a claim's ``status.allocation`` or in flight for another
-    pod. A claim's requests are set up (classes looked up, selectors compiled) once per allocator,
-    and selector results are memoised per device, so a filter over many nodes does per-node work
-    only for the search itself.
+    ``allocated`` is every device held whole by a claim's ``status.allocation`` or in flight for
+    another pod; ``shared`` the devices with shares (consumable capacity) and what those consume.
+    ``share_ids`` makes the ``shareID`` of each new share (a random UUID, as upstream). A claim's
+    requests are set up (classes looked up, selectors compiled) once per allocator, selector and
+    capacity results are memoised per device, and a pool's available counters are computed once
+    per allocator, so a filter over many nodes does per-node work only for the search itself.
     """
 
     def __init__(
-        self, classes: Mapping[str, DeviceClass], allocated: Container[DeviceID], selectors: SelectorCache
+        self,
+        classes: Mapping[str, DeviceClass],
+        allocated: Container[DeviceID],
+        selectors: SelectorCache,
+        shared: SharedDevices = NO_SHARES,
+        share_ids: Callable[[], str] = _new_share_id,
     ) -> None:
         self.classes = classes
         self.allocated = allocated
         self.selectors = selectors
-        self._setup: dict[int, tuple[ResourceClaim, tuple[tuple[_Alternative, ...], ...]]] = {}
+        self.shared = shared
+        self.share_ids = share_ids
+        self._setup: dict[int, tuple[ResourceClaim, tuple[tuple[Alternative, ...], ...]]] = {}
+        self._available: dict[int, tuple[PoolCounters, dict[CounterKey, Fraction]]] = {}
+        self._is_allocated = is_allocated(allocated, shared)
+        self.any_shares = bool(shared)  # False: no device holds a share outside the search
 
-    # ------------------------------------------------------------------ setup (per claim)
-    def _alternatives(self, claim: ResourceClaim, index: int) -> tuple[_Alternative, ...]:
-        request = claim.requests[index]
-        where = f"claim {claim.key}, request {request.name}"
-        if request.exactly is not None:
-            ex = request.exactly
-            specs = [(request.name, ex.device_class_name, ex.selectors, ex.allocation_mode, ex.count)]
-            extras = [(bool(ex.admin_access), ex.tolerations, ex.capacity_requests)]
-        elif request.first_available:
-            specs = [
-                (f"{request.name}/{s.name}", s.device_class_name, s.selectors, s.allocation_mode, s.count)
-                for s in request.first_available
-            ]
-            extras = [(False, s.tolerations, s.capacity_requests) for s in request.first_available]
-        else:
-            raise AllocationError(f"{where}: unsupported request type (neither exactly nor firstAvailable)")
-        out = []
-        for (name, class_name, selectors, mode, count), (admin, tolerations, capacity) in zip(
-            specs, extras, strict=True
-        ):
-            where = f"claim {claim.key}, request {name}"
-            if not class_name:
-                raise AllocationError(f"{where}: deviceClassName is required")
-            device_class = self.classes.get(class_name)
-            if device_class is None:
-                raise AllocationError(f"{where}: could not retrieve device class {class_name}")
-            if mode not in (ALLOCATION_MODE_EXACT_COUNT, ALLOCATION_MODE_ALL):
-                raise AllocationError(f"{where}: unsupported allocation mode {mode}")
-            expressions = [*self._expressions(device_class.selectors, f"device class {class_name}")]
-            expressions += self._expressions(selectors, where)
-            out.append(
-                _Alternative(
-                    request=request.name,
-                    result_name=name,
-                    device_class=device_class,
-                    selectors=tuple(expressions),
-                    all_devices=mode == ALLOCATION_MODE_ALL,
-                    count=count,
-                    admin_access=admin,
-                    tolerations=tolerations,
-                    unsupported="capacity requests (consumable capacity) are not supported" if capacity else "",
-                )
-            )
-        return tuple(out)
-
-    def _expressions(self, selectors: tuple[DeviceSelector, ...], where: str) -> list[str]:
-        out = []
-        for i, selector in enumerate(selectors):
-            if selector.expression is None:
-                raise AllocationError(f"{where}: selector #{i}: CEL expression empty (unsupported selector type?)")
-            try:
-                self.selectors.compile(selector.expression)
-            except SelectorError as exc:
-                raise AllocationError(f"{where}: selector #{i}: {exc}") from None
-            out.append(selector.expression)
-        return out
+    def available_counters(self, pool: PoolCounters) -> Mapping[CounterKey, Fraction]:
+        """The pool's counters minus what allocated devices consume (once per allocator and pool)."""
+        found = self._available.get(id(pool))
+        if found is None or found[0] is not pool:
+            found = (pool, pool.available(self._is_allocated))
+            self._available[id(pool)] = found
+        return found[1]
 
     def _claim_state(self, claim: ResourceClaim) -> _ClaimState:
         setup = self._setup.get(id(claim))
         if setup is not None and setup[0] is claim:
             requests = setup[1]
         else:
-            requests = self._requests(claim)
+            requests = claim_requests(claim, self.classes, self.selectors)
             self._setup[id(claim)] = (claim, requests)
-        constraints = tuple(_MatchAttribute(c.match_attribute or "", c.requests) for c in claim.constraints)
+        constraints = tuple(claim_constraint(c) for c in claim.constraints)
         return _ClaimState(claim, requests, constraints, [0] * len(requests))
-
-    def _requests(self, claim: ResourceClaim) -> tuple[tuple[_Alternative, ...], ...]:
-        """Per request its alternatives; raises ``AllocationError`` for what no node can fix."""
-        requests = tuple(self._alternatives(claim, i) for i in range(len(claim.requests)))
-        minimum = sum(min((a.count if not a.all_devices else 1) for a in alts) for alts in requests)
-        if minimum > ALLOCATION_RESULTS_MAX_SIZE:
-            raise AllocationError(
-                f"claim {claim.key}: number of requested devices {minimum} exceeds the claim limit of "
-                f"{ALLOCATION_RESULTS_MAX_SIZE}"
-            )
-        for i, constraint in enumerate(claim.constraints):
-            _check_constraint(f"claim {claim.key}, constraint #{i}", constraint)
-        return requests
 
     # ------------------------------------------------------------------ the search
     def allocate(self, node: NodeRef, pools: NodePools, claims: Sequence[ResourceClaim]) -> Allocated | Unschedulable:
@@ -251,7 +156,7 @@ class Allocator:
             return Unschedulable(f"{REASON_INVALID_POOLS} ({names})")
         return Unschedulable(REASON_CANNOT_ALLOCATE)
 
-    def selectable(self, candidate: Candidate, alt: _Alternative) -> bool:
+    def selectable(self, candidate: Candidate, alt: Alternative) -> bool:
         """Every selector accepts the device (memoised per device by the selector cache)."""
         driver = candidate.id.driver
         for expression in alt.selectors:
@@ -279,6 +184,11 @@ class _Search:
         self.picked: dict[DeviceID, list[tuple[int, bool]]] = {}
         self._selectable: dict[tuple[int, int], bool] = {}  # (candidate index, id(alternative))
         self._all: dict[int, list[int]] = {}  # id(alternative) -> candidate indices of an All request
+        # Shares taken in this attempt: their number and summed consumption per device.
+        self.shares: dict[DeviceID, int] = {}
+        self.allocating: dict[DeviceID, dict[str, Fraction]] = {}
+        self._counter_use: CounterUse | None = None
+        self.any_shares = allocator.any_shares
 
     def run(self) -> bool:
         return self._request(0, 0)
@@ -291,8 +201,6 @@ class _Search:
         if r == len(state.requests):
             return self._request(c + 1, 0)
         for index, alt in enumerate(state.requests[r]):
-            if alt.unsupported:
-                continue
             state.chosen[r] = index
             if alt.all_devices:
                 if self._take_all(c, r, alt):
@@ -301,7 +209,7 @@ class _Search:
                 return True
         return False
 
-    def _slot(self, c: int, r: int, alt: _Alternative, done: int, start: int) -> bool:
+    def _slot(self, c: int, r: int, alt: Alternative, done: int, start: int) -> bool:
         if done == alt.count:
             return self._request(c, r + 1)
         state = self.states[c]
@@ -311,14 +219,14 @@ class _Search:
             candidate = self.candidates[i]
             if not self._usable(c, i, candidate, alt):
                 continue
-            if not self._push(c, alt, candidate):
+            if self._push(c, i, alt, candidate) != _OK:
                 continue
             if self._slot(c, r, alt, done + 1, i + 1):
                 return True
             self._pop(c)
         return False
 
-    def _take_all(self, c: int, r: int, alt: _Alternative) -> bool:
+    def _take_all(self, c: int, r: int, alt: Alternative) -> bool:
         indices = self._all_devices(c, alt)
         if not indices:
             return False
@@ -329,12 +237,16 @@ class _Search:
         ok = True
         for i in indices:
             candidate = self.candidates[i]
-            # In use or an untolerated taint: "All" cannot be met (taints are checked when a device
-            # is allocated, as upstream does, so they never shrink the list to a subset).
+            # In use, an untolerated taint, no capacity or counters left: "All" cannot be met (these
+            # are checked when a device is allocated, as upstream does, so they never shrink the list).
             if self._in_use(c, candidate.id, alt.admin_access) or not _tolerated(candidate, alt.tolerations):
                 ok = False
                 break
-            if not self._push(c, alt, candidate):
+            outcome = self._push(c, i, alt, candidate)
+            if outcome == _NO_ROOM:
+                ok = False
+                break
+            if outcome == _CONSTRAINT:
                 raise AllocationError(
                     f"claim {state.claim.key}, request {alt.result_name}: all devices were requested, but device "
                     f"{candidate.id} does not satisfy the claim's constraints"
@@ -346,8 +258,9 @@ class _Search:
             self._pop(c)
         return False
 
-    def _all_devices(self, c: int, alt: _Alternative) -> list[int]:
-        """Every selectable device on the node, for an ``All`` request (pools must all be usable)."""
+    def _all_devices(self, c: int, alt: Alternative) -> list[int]:
+        """Every selectable device on the node whose capacity could serve the request next to the
+        shares that already exist, for an ``All`` request (pools must all be usable)."""
         found = self._all.get(id(alt))
         if found is not None:
             return found
@@ -357,7 +270,16 @@ class _Search:
                 f"claim {self.states[c].claim.key}, request {alt.result_name}: asks for all devices, but resource "
                 f"pool {pool.id} is {what}"
             )
-        indices = [i for i, candidate in enumerate(self.candidates) if self._selectable_for(i, candidate, alt)]
+        indices = []
+        for i, candidate in enumerate(self.candidates):
+            if not self._selectable_for(i, candidate, alt):
+                continue
+            consumed, alone = self._consumption(candidate, alt)
+            if consumed is None:
+                continue
+            existing = self.allocator.shared.consumed(candidate.id)
+            if alone if existing is None else fits(candidate.device, consumed, existing, None):
+                indices.append(i)
         self._all[id(alt)] = indices
         return indices
 
@@ -371,7 +293,7 @@ class _Search:
             return True
         return holders is not None and any(not held_admin or claim == c for claim, held_admin in holders)
 
-    def _selectable_for(self, i: int, candidate: Candidate, alt: _Alternative) -> bool:
+    def _selectable_for(self, i: int, candidate: Candidate, alt: Alternative) -> bool:
         key = (i, id(alt))
         found = self._selectable.get(key)
         if found is None:
@@ -382,36 +304,105 @@ class _Search:
             self._selectable[key] = found
         return found
 
-    def _usable(self, c: int, i: int, candidate: Candidate, alt: _Alternative) -> bool:
+    def _usable(self, c: int, i: int, candidate: Candidate, alt: Alternative) -> bool:
         return (
             not self._in_use(c, candidate.id, alt.admin_access)
             and self._selectable_for(i, candidate, alt)
             and _tolerated(candidate, alt.tolerations)
         )
 
-    def _push(self, c: int, alt: _Alternative, candidate: Candidate) -> bool:
-        """Take the device for the claim if every constraint accepts it (rolled back otherwise)."""
+    @staticmethod
+    def _consumption(candidate: Candidate, alt: Alternative) -> tuple[Consumption | None, bool]:
+        """What one allocation of the device for ``alt`` consumes (None: it cannot serve it) and
+        whether that fits the device on its own; memoised per device object and capacity request."""
+        device = candidate.device
+        if not device.capacity and not alt.capacity:
+            return _EMPTY
+        memo = device.memo
+        found: tuple[Consumption | None, bool] | None = memo.get(alt.capacity_key)
+        if found is None:
+            consumed = consumption(device, alt.capacity)
+            found = _NO_FIT if consumed is None else (consumed, fits(device, consumed, None, None))
+            memo[alt.capacity_key] = found
+        return found
+
+    @property
+    def counter_use(self) -> CounterUse:
+        """What this search took from pools' counters (made on first use: most searches take none)."""
+        if self._counter_use is None:
+            self._counter_use = CounterUse(self.allocator.available_counters)
+        return self._counter_use
+
+    def _has_shares(self, device: DeviceID) -> bool:
+        return bool(self.shares.get(device)) or (self.any_shares and device in self.allocator.shared)
+
+    def _push(self, c: int, i: int, alt: Alternative, candidate: Candidate) -> int:
+        """Take the device for the claim if its capacity, its pool's counters and every constraint
+        allow it (everything rolled back otherwise): ``_OK``, ``_NO_ROOM`` or ``_CONSTRAINT``."""
+        device, device_id = candidate.device, candidate.id
+        consumed: Consumption | None = None
+        counters = None
+        if not candidate.plain or alt.capacity is not None or (self.any_shares and device_id in self.allocator.shared):
+            shared, multi = self.allocator.shared, device.allow_multiple_allocations
+            consumed, alone = self._consumption(candidate, alt)
+            if consumed is None:
+                return _NO_ROOM
+            if consumed:
+                existing = shared.consumed(device_id) if self.any_shares else None
+                allocating = self.allocating.get(device_id)
+                if existing is None and allocating is None:
+                    if not alone:
+                        return _NO_ROOM
+                elif not fits(device, consumed, existing, allocating):
+                    return _NO_ROOM
+            if device.consumes_counters and not (multi and self._has_shares(device_id)):
+                counters = self.pools.counters.get((device_id.driver, device_id.pool))
+                if counters is None or not self.counter_use.take(counters, device.consumes_counters):
+                    return _NO_ROOM
         state = self.states[c]
-        applied: list[_MatchAttribute] = []
+        applied: list[Constraint] = []
         for constraint in state.constraints:
             if not constraint.applies(alt):
                 continue
             if not constraint.add(candidate):
                 for done in applied:
                     done.remove()
-                return False
+                if counters is not None:
+                    self.counter_use.give_back(counters, device.consumes_counters)
+                return _CONSTRAINT
             applied.append(constraint)
-        state.picked.append((alt, candidate))
-        self.picked.setdefault(candidate.id, []).append((c, alt.admin_access))
-        return True
+        if device.allow_multiple_allocations:
+            state.picked.append((alt, candidate, self.allocator.share_ids(), consumed, counters))
+            self.shares[device_id] = self.shares.get(device_id, 0) + 1
+            if consumed:
+                sums = self.allocating.setdefault(device_id, {})
+                for name, amount in consumed.items():
+                    sums[name] = sums.get(name, 0) + amount.value
+        else:
+            state.picked.append((alt, candidate, None, None, counters))
+            self.picked.setdefault(device_id, []).append((c, alt.admin_access))
+        return _OK
 
     def _pop(self, c: int) -> None:
         state = self.states[c]
-        alt, candidate = state.picked.pop()
-        holders = self.picked[candidate.id]
-        holders.pop()  # the search is depth-first, so the last hold is this one
-        if not holders:
-            del self.picked[candidate.id]
+        alt, candidate, share_id, consumed, counters = state.picked.pop()
+        device_id = candidate.id
+        if share_id is not None:
+            self.shares[device_id] -= 1
+            if consumed:
+                sums = self.allocating[device_id]
+                for name, amount in consumed.items():
+                    sums[name] -= amount.value
+            if not self.shares[device_id]:
+                del self.shares[device_id]
+                self.allocating.pop(device_id, None)
+        else:
+            holders = self.picked[device_id]
+            holders.pop()  # the search is depth-first, so the last hold is this one
+            if not holders:
+                del self.picked[device_id]
+        if counters is not None:
+            self.counter_use.give_back(counters, candidate.device.consumes_counters)
         for constraint in state.constraints:
             if constraint.applies(alt):
                 constraint.remove()
@@ -426,8 +417,10 @@ class _Search:
                 device=candidate.id.device,
                 admin_access=True if alt.admin_access else None,
                 tolerations=alt.tolerations,
+                share_id=share_id,
+                consumed_capacity={name: q.text for name, q in consumed.items()} if consumed else None,
             )
-            for alt, candidate in state.picked
+            for alt, candidate, share_id, consumed, _ in state.picked
         )
         return AllocationResult(devices=devices, config=self._config(state), node_selector=self._node_selector(state))
 
@@ -460,7 +453,7 @@ class _Search:
     def _node_selector(self, state: _ClaimState) -> NodeSelector | None:
         """Node-local devices pin the claim to the node; otherwise the merged terms of the devices used."""
         requirements: dict[tuple[str, str, str, frozenset[str]], NodeSelectorRequirement] = {}
-        for _, candidate in state.picked:
+        for _, candidate, *_ in state.picked:
             if candidate.node_local:
                 return self.pools.local_selector
             if candidate.selector_error:

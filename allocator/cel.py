@@ -1,10 +1,11 @@
 """CEL device selectors, evaluated with cel-expr-python (Google's cel-cpp) as DRA defines them.
 
 The environment mirrors kube-scheduler's ``dynamic-resource-allocation/cel``: one variable,
-``device``, with ``driver``, ``attributes`` (domain -> name -> value) and ``capacity`` (domain ->
-name -> Quantity), plus the Kubernetes ``quantity()`` and ``semver()`` libraries with
-``compareTo``, ``isGreaterThan`` and ``isLessThan`` (and the other member functions DRA users
-reach for), ``cel.bind``, optional chaining and the strings extension.
+``device``, with ``driver``, ``attributes`` (domain -> name -> value), ``capacity`` (domain ->
+name -> Quantity) and ``allowMultipleAllocations`` (bool, false when unset), plus the Kubernetes
+``quantity()`` and ``semver()`` libraries with ``compareTo``, ``isGreaterThan`` and
+``isLessThan`` (and the other member functions DRA users reach for), ``cel.bind``, optional
+chaining and the strings extension.
 
 cel-expr-python has no opaque Python types, so a Quantity or Semver is a tagged map
 ``{"__kind": "quantity" | "semver", "v": <canonical text>}``; the canonical text makes CEL's own
@@ -221,7 +222,12 @@ def device_variable(device: Device, driver: str) -> dict[str, Any]:
     for name, cap in device.capacity.items():
         domain, sep, bare = name.rpartition("/")
         capacity.setdefault(domain if sep else driver, {})[bare] = _quantity_value(cap.value)
-    return {"driver": driver, "attributes": attributes, "capacity": capacity}
+    return {
+        "driver": driver,
+        "attributes": attributes,
+        "capacity": capacity,
+        "allowMultipleAllocations": device.allow_multiple_allocations,
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,7 +292,7 @@ class SelectorCache:
         missing_c = [lit for lit in compiled.literals if lit not in capacity]
         if missing_a or missing_c:
             variable = {
-                "driver": driver,
+                **variable,
                 "attributes": {**attributes, **{key: {} for key in missing_a}} if missing_a else attributes,
                 "capacity": {**capacity, **{key: {} for key in missing_c}} if missing_c else capacity,
             }

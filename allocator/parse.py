@@ -37,6 +37,7 @@ from allocator.types import (
     OpaqueDeviceConfiguration,
     ResourceClaim,
     ResourceClaimConsumer,
+    ScaledQuantity,
 )
 from k8s_semantics.nodeselector import NodeSelector, NodeSelectorRequirement, NodeSelectorTerm
 from k8s_semantics.quantity import QuantityError, parse_quantity
@@ -135,6 +136,15 @@ class _Obj:
         except QuantityError as exc:
             raise self.fail(path, str(exc)) from None
 
+    def scaled(self, value: Any, path: str, *, non_negative: bool = False) -> ScaledQuantity:
+        """A quantity with the text it was written as; ``non_negative`` refuses amounts below zero."""
+        if value is None:
+            raise self.fail(path, "required")
+        exact = self.quantity(value, path)
+        if non_negative and exact < 0:
+            raise self.fail(path, f"must not be negative, is {value}")
+        return ScaledQuantity(exact, str(value))
+
 
 def _metadata(obj: Mapping[str, Any], kind: str, namespaced: bool) -> tuple[_Obj, Mapping[str, Any]]:
     if not isinstance(obj, Mapping):
@@ -213,14 +223,16 @@ def _count(o: _Obj, req: Mapping[str, Any], path: str) -> tuple[str, int]:
     return mode, count
 
 
-def _capacity_requests(o: _Obj, req: Mapping[str, Any], path: str) -> Mapping[str, str] | None:
+def _capacity_requests(o: _Obj, req: Mapping[str, Any], path: str) -> Mapping[str, ScaledQuantity] | None:
+    """``capacity.requests``: capacity name -> amount (consumable capacity); None when absent."""
     capacity = req.get("capacity")
     if capacity is None:
         return None
     requests = o.obj(capacity, f"{path}.capacity").get("requests")
     if requests is None:
         return None
-    return {k: str(v) for k, v in o.obj(requests, f"{path}.capacity.requests").items()}
+    rp = f"{path}.capacity.requests"
+    return {k: o.scaled(v, f"{rp}[{k!r}]", non_negative=True) for k, v in o.obj(requests, rp).items()}
 
 
 def parse_node_selector(value: Any, what: str = "NodeSelector", path: str = "nodeSelector") -> NodeSelector | None:
@@ -315,7 +327,6 @@ def _allocation(o: _Obj, obj: Any, prefix: str) -> AllocationResult:
     devices = o.obj(alloc.get("devices"), _join(prefix, "devices"))
     results = []
     for p, r in o.objects(devices.get("results"), _join(prefix, "devices.results")):
-        share = r.get("shareID")
         consumed = r.get("consumedCapacity")
         results.append(
             DeviceRequestAllocationResult(
@@ -329,10 +340,13 @@ def _allocation(o: _Obj, obj: Any, prefix: str) -> AllocationResult:
                 binding_failure_conditions=o.strings(
                     r.get("bindingFailureConditions"), f"{p}.bindingFailureConditions"
                 ),
-                share_id=None if share is None else str(share),
+                share_id=o.opt_text(r, "shareID", p),
                 consumed_capacity=None
                 if consumed is None
-                else {k: str(v) for k, v in o.obj(consumed, f"{p}.consumedCapacity").items()},
+                else {
+                    k: o.scaled(v, f"{p}.consumedCapacity[{k!r}]").text
+                    for k, v in o.obj(consumed, f"{p}.consumedCapacity").items()
+                },
             )
         )
     config = []

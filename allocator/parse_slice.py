@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from fractions import Fraction
+from itertools import pairwise
 from typing import Any
 
 from allocator.parse import _metadata, _node_selector, _Obj, _priority
@@ -12,6 +13,8 @@ from allocator.types import (
     POOL_PRIORITY_ANNOTATION,
     PRIORITY_ANNOTATION,
     Attribute,
+    CapacityRequestPolicy,
+    CapacityRequestPolicyRange,
     CounterSet,
     Device,
     DeviceCapacity,
@@ -58,22 +61,53 @@ def _attribute(o: _Obj, value: Any, path: str) -> Attribute:
 
 
 def _counters(o: _Obj, value: Any, path: str) -> dict[str, Fraction]:
+    """A counter map (``sharedCounters[].counters``, ``consumesCounters[].counters``): amounts are never negative."""
     out = {}
     for name, counter in o.obj(value, path).items():
-        out[name] = o.quantity(o.obj(counter, f"{path}[{name!r}]").get("value"), f"{path}[{name!r}].value")
+        cp = f"{path}[{name!r}]"
+        out[name] = o.scaled(o.obj(counter, cp).get("value"), f"{cp}.value", non_negative=True).value
     return out
 
 
-def _unsupported(
-    attributes: Mapping[str, Attribute], counters: bool, binding_conditions: bool, multiple_allocations: bool
-) -> str:
+def _request_policy(o: _Obj, value: Any, path: str) -> CapacityRequestPolicy | None:
+    """``capacity[...].requestPolicy``. What the API server validates and the allocator's arithmetic
+    needs (one kind of valid values, a ``min`` for a range, a positive step) is refused here."""
+    if value is None:
+        return None
+    policy = o.obj(value, path)
+    default = policy.get("default")
+    values_raw = policy.get("validValues")
+    range_raw = policy.get("validRange")
+    if values_raw and range_raw is not None:
+        raise o.fail(path, "must not set both validValues and validRange")
+    valid_values = tuple(
+        o.scaled(v, f"{path}.validValues[{i}]") for i, v in enumerate(o.seq(values_raw, f"{path}.validValues"))
+    )
+    if any(a.value >= b.value for a, b in pairwise(valid_values)):
+        raise o.fail(f"{path}.validValues", "must be sorted in ascending order without duplicates")
+    valid_range = None
+    if range_raw is not None:
+        rp = f"{path}.validRange"
+        rng = o.obj(range_raw, rp)
+        step = None if rng.get("step") is None else o.scaled(rng["step"], f"{rp}.step")
+        if step is not None and step.value <= 0:
+            raise o.fail(f"{rp}.step", f"must be positive, is {step.text}")
+        valid_range = CapacityRequestPolicyRange(
+            min=o.scaled(rng.get("min"), f"{rp}.min", non_negative=True),
+            max=None if rng.get("max") is None else o.scaled(rng["max"], f"{rp}.max"),
+            step=step,
+        )
+    return CapacityRequestPolicy(
+        default=None if default is None else o.scaled(default, f"{path}.default", non_negative=True),
+        valid_values=valid_values,
+        valid_range=valid_range,
+    )
+
+
+def _unsupported(attributes: Mapping[str, Attribute], binding_conditions: bool) -> str:
     """Why a device needs a feature this extender does not implement ("" if none)."""
-    if counters:
-        return "consumes shared counters (partitionable devices are not supported)"
     if binding_conditions:
         return "has binding conditions (not supported)"
-    if multiple_allocations:
-        return "allows multiple allocations (consumable capacity is not supported)"
     for name, attr in attributes.items():
         if attr.kind not in ("int", "bool", "string", "version"):
             return f"attribute {name} has a {attr.kind} value (list attributes are not supported)"
@@ -90,10 +124,9 @@ def _device(o: _Obj, item: Any, path: str) -> Device:
     for name, value in o.obj(d.get("capacity"), f"{path}.capacity").items():
         cp = f"{path}.capacity[{name!r}]"
         cap = o.obj(value, cp)
-        raw = cap.get("value")
-        policy = cap.get("requestPolicy")
+        total = o.scaled(cap.get("value"), f"{cp}.value", non_negative=True)
         capacity[name] = DeviceCapacity(
-            o.quantity(raw, f"{cp}.value"), str(raw), None if policy is None else o.obj(policy, f"{cp}.requestPolicy")
+            total.value, total.text, _request_policy(o, cap.get("requestPolicy"), f"{cp}.requestPolicy")
         )
     consumes = []
     for cp, c in o.objects(d.get("consumesCounters"), f"{path}.consumesCounters"):
@@ -127,7 +160,7 @@ def _device(o: _Obj, item: Any, path: str) -> Device:
         node_name=o.text(d, "nodeName", path) or None,
         node_selector=_node_selector(o, d.get("nodeSelector"), f"{path}.nodeSelector"),
         all_nodes=bool(o.flag(d, "allNodes", path)),
-        unsupported=_unsupported(attributes, bool(consumes), bool(binding_conditions), multiple),
+        unsupported=_unsupported(attributes, bool(binding_conditions)),
     )
 
 

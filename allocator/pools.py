@@ -7,9 +7,13 @@ changes, so a filter over 1,000 nodes does no gathering, validation or sorting a
 Gathering, for one node (upstream semantics):
 
 1. relevant slices: ``nodeName`` is the node, ``allNodes``, a matching ``nodeSelector``, a
-   ``perDeviceNodeSelection`` slice with at least one device for the node, and every slice with
-   ``sharedCounters`` (whose devices, though, only count where the slice's own node selection
-   matches); anything else is a future extension and skipped;
+   ``perDeviceNodeSelection`` slice with at least one device for the node, and the counter slices
+   (``sharedCounters``) of every pool one of those belongs to, whatever node they name; anything
+   else is a future extension and skipped. A counter slice offers no devices (in 1.36 a slice has
+   devices or counters, never both). Upstream makes *every* counter slice relevant to every node,
+   so a pool with nothing for the node still shows up there (empty, but able to fail an ``All``
+   request or add "invalid pools" to the reason) and each node gathers every node's MIG pools;
+   here a node only sees the pools it has devices from;
 2. per (driver, pool) keep the relevant slices of the highest generation seen;
 3. complete if their number is the pool's ``resourceSliceCount``; otherwise all slices of the pool
    are scanned: a higher generation elsewhere makes the pool *obsolete* (dropped silently), else it
@@ -27,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
+from allocator.counters import PoolCounters
 from allocator.nodeselector import node_selector_matches
 from allocator.types import (
     Device,
@@ -61,6 +66,8 @@ class Candidate:
     ``node_local`` and ``selector_term`` are what the device contributes to an allocation's
     ``nodeSelector``: node-local devices pin the claim to the node; otherwise the single term of
     the slice's (or the device's) node selector is merged (``selector_error`` if it has several).
+    ``plain``: taken whole, no counters, no request policy - a request without capacity requests
+    needs no capacity or counter bookkeeping for it (unless it holds shares from before).
     """
 
     id: DeviceID
@@ -69,6 +76,7 @@ class Candidate:
     node_local: bool
     selector_term: NodeSelectorTerm | None
     selector_error: str
+    plain: bool = True
 
 
 def _candidates(s: ResourceSlice) -> tuple[Candidate, ...]:
@@ -85,7 +93,12 @@ def _candidates(s: ResourceSlice) -> tuple[Candidate, ...]:
                 term = selector.terms[0]
             elif len(selector.terms) > 1:
                 error = f"unsupported ResourceSlice.NodeSelector with {len(selector.terms)} terms"
-        out.append(Candidate(DeviceID(s.driver, s.pool.name, device.name), device, s, local, term, error))
+        plain = not (
+            device.allow_multiple_allocations
+            or device.consumes_counters
+            or any(c.request_policy is not None for c in device.capacity.values())
+        )
+        out.append(Candidate(DeviceID(s.driver, s.pool.name, device.name), device, s, local, term, error, plain))
     return tuple(out)
 
 
@@ -101,6 +114,7 @@ class Pool:
     has_binding_conditions: bool = False
     incomplete: bool = False
     invalid: str = ""  # why the pool is invalid ("" if it is not)
+    counters: PoolCounters | None = None  # its counter sets, when it has any (partitionable devices)
 
     @property
     def id(self) -> str:
@@ -123,7 +137,8 @@ class NodePools:
 
     ``gathered`` has every pool (usable or not) in order; ``pools`` the usable ones; ``candidates``
     their devices flattened in search order; ``off_node`` the positions in ``candidates`` of
-    per-device-node-selection devices that are not for this node (skipped after their selectors).
+    per-device-node-selection devices that are not for this node (skipped after their selectors);
+    ``counters`` the usable pools' counter sets by (driver, pool).
     """
 
     node: str
@@ -134,6 +149,7 @@ class NodePools:
     off_node: frozenset[int]
     has_invalid: bool
     local_selector: NodeSelector  # matchFields metadata.name In [node], shared by node-local results
+    counters: Mapping[PoolKey, PoolCounters] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.gathered)
@@ -191,6 +207,17 @@ def _validate(slices: tuple[ResourceSlice, ...], generation_slices: Iterable[Res
     return ""
 
 
+def _pool_counters(slices: Iterable[ResourceSlice], members: Iterable[ResourceSlice]) -> PoolCounters | None:
+    """The counter sets of the pool's ``slices`` and every device of ``members`` that consumes them."""
+    sets = {cs.name: cs.counters for s in slices for cs in s.shared_counters}
+    if not sets:
+        return None
+    consumers = tuple(
+        (DeviceID(s.driver, s.pool.name, d.name), d) for s in members for d in s.devices if d.consumes_counters
+    )
+    return PoolCounters(sets, consumers)
+
+
 def _local_selector(node: str) -> NodeSelector:
     return NodeSelector((NodeSelectorTerm(match_fields=(NodeSelectorRequirement("metadata.name", "In", (node,)),)),))
 
@@ -220,35 +247,34 @@ def gather_pools(
         group.sort(key=lambda s: (-s.priority, s.name))
         first = min(group, key=lambda s: s.name)  # upstream reads "the first slice"; by name is deterministic
         generation, count = first.pool.generation, first.pool.resource_slice_count
-        members = pool_slices.get(key)
-        all_slices = list(members.values()) if members is not None else []
+        in_pool = pool_slices.get(key)
+        all_slices = list(in_pool.values()) if in_pool is not None else []
         stats = _stats(all_slices)
         complete = len(group) == count
+        members: list[ResourceSlice] = group
         if not complete:
             if stats.max_generation > generation:
                 continue  # obsolete: the driver is replacing this generation
-            complete = stats.counts.get(generation, 0) == count
+            members = [s for s in all_slices if s.pool.generation == generation]
+            complete = len(members) == count
         slices = tuple(group)
         has_bc = any(d.binding_conditions for s in slices for d in s.devices)
         if not complete:
             gathered.append(Pool(key[0], key[1], generation, first.pool.priority, slices, has_bc, incomplete=True))
             continue
         invalid = _validate(slices, (s for s in all_slices if s.pool.generation == generation), stats)
-        gathered.append(Pool(key[0], key[1], generation, first.pool.priority, slices, has_bc, invalid=invalid))
+        counters = None if invalid else _pool_counters(slices, members)
+        gathered.append(
+            Pool(key[0], key[1], generation, first.pool.priority, slices, has_bc, invalid=invalid, counters=counters)
+        )
     gathered.sort(key=lambda p: (p.driver, -p.priority, p.has_binding_conditions, p.name))
     usable = tuple(p for p in gathered if p.usable)
     flat: list[Candidate] = []
     off_node: set[int] = set()
     for pool in usable:
         for s in pool.slices:
-            # A counter slice's counter sets are part of every node's view of the pool; its devices
-            # only of the nodes the slice itself names.
-            if (
-                s.shared_counters
-                and not s.per_device_node_selection
-                and not _node_matches(node, s.node_name, s.all_nodes, s.node_selector)
-            ):
-                continue
+            if s.shared_counters:
+                continue  # a counter slice: counter sets for the whole pool, no devices (1.36 buildPool)
             flat.extend(candidates[s.name])
     # Per-device node selection is decided per node, after the selectors (as upstream's isSelectable).
     for i, c in enumerate(flat):
@@ -266,14 +292,13 @@ def gather_pools(
         off_node=frozenset(off_node),
         has_invalid=any(p.invalid for p in gathered),
         local_selector=_local_selector(node.name),
+        counters={(p.driver, p.name): p.counters for p in usable if p.counters is not None},
     )
     return pools, tuple(groups)
 
 
 def _scope(s: ResourceSlice) -> str:
     """How a slice's relevance is decided: "node" (its nodeName), "wide" (labels / all nodes) or "none"."""
-    if s.shared_counters:
-        return "wide"  # counter sets belong to every node's view of the pool
     if s.node_name is not None:
         return "node"
     if s.all_nodes or s.node_selector is not None or s.per_device_node_selection:
@@ -282,7 +307,7 @@ def _scope(s: ResourceSlice) -> str:
 
 
 def _relevant(s: ResourceSlice, node: NodeRef) -> bool:
-    if s.shared_counters or s.all_nodes:
+    if s.all_nodes:
         return True
     if s.node_selector is not None:
         return node_selector_matches(s.node_selector, node)
@@ -310,9 +335,9 @@ class SliceIndex:
     """All ResourceSlices, indexed at cache-update time, with ``NodePools`` memoised per node.
 
     Invalidation is precise: a change to a slice forgets the memo of the node it names (old and
-    new version), of every node whose memo used its pool (completeness and the KEP-5773 check
-    look at a pool's slices on other nodes too), and of all nodes when it is a node-selector,
-    all-nodes, per-device or counter slice. A node whose labels changed is re-gathered when its
+    new version), of every node whose memo used its pool (completeness, the KEP-5773 check and
+    counter sets look at a pool's slices on other nodes too), and of all nodes when it is a
+    node-selector, all-nodes or per-device slice. A node whose labels changed is re-gathered when its
     memo depended on labels (``NodeRef.labels`` is compared on every lookup, by identity first).
     """
 
@@ -358,6 +383,13 @@ class SliceIndex:
             dependent = dependent or _label_dependent(s)
             if _relevant(s, node):
                 relevant.append(s)
+        # The counter slices of every pool the node sees belong to its view of the pool, whatever
+        # node they were published for.
+        names = {s.name for s in relevant}
+        for key in {(s.driver, s.pool.name) for s in relevant}:
+            for other in self._by_pool.get(key, {}).values():
+                if other.shared_counters and other.name not in names:
+                    relevant.append(other)
         pools, keys = gather_pools(node, relevant, self._by_pool, self._candidates)
         self._memo[node.name] = _Memo(node.labels, dependent, pools, keys)
         for key in keys:

@@ -8,7 +8,8 @@ own write compares equal to what we meant to write.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from fractions import Fraction
+from typing import Any, NamedTuple
 
 from allocator.nodeselector import node_selector_to_obj
 from allocator.parse import _allocation, _Obj
@@ -20,13 +21,35 @@ from allocator.types import (
     DeviceToleration,
     OpaqueDeviceConfiguration,
 )
+from k8s_semantics.quantity import parse_quantity
 
-__all__ = ["allocated_device_ids", "allocation_to_obj", "parse_allocation"]
+__all__ = ["AllocatedShare", "allocated_device_ids", "allocated_shares", "allocation_to_obj", "parse_allocation"]
 
 
 def allocated_device_ids(allocation: AllocationResult) -> list[DeviceID]:
-    """Devices the allocation takes from everyone else: all results except adminAccess ones."""
-    return [DeviceID(r.driver, r.pool, r.device) for r in allocation.devices if not r.admin_access]
+    """Devices the allocation takes whole from everyone else: every result except adminAccess ones
+    and shares (results with a ``shareID``), as the scheduler's AllocatedDevices."""
+    return [r.id for r in allocation.devices if not r.admin_access and r.share_id is None]
+
+
+class AllocatedShare(NamedTuple):
+    device: DeviceID
+    share_id: str
+    consumed: Mapping[str, Fraction] | None  # consumedCapacity, exact; None when the result has none
+
+
+def allocated_shares(allocation: AllocationResult) -> list[AllocatedShare]:
+    """The shares the allocation holds (AllocatedSharedDeviceIDs and AggregatedCapacity upstream):
+    results with a ``shareID``, except adminAccess ones."""
+    out = []
+    for r in allocation.devices:
+        if r.share_id is None or r.admin_access:
+            continue
+        consumed = None
+        if r.consumed_capacity is not None:
+            consumed = {name: parse_quantity(text) for name, text in r.consumed_capacity.items()}
+        out.append(AllocatedShare(r.id, r.share_id, consumed))
+    return out
 
 
 def _toleration_to_obj(t: DeviceToleration) -> dict[str, Any]:

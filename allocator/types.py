@@ -25,6 +25,8 @@ __all__ = [
     "PRIORITY_ANNOTATION",
     "AllocationResult",
     "Attribute",
+    "CapacityRequestPolicy",
+    "CapacityRequestPolicyRange",
     "CounterSet",
     "Device",
     "DeviceAllocationConfiguration",
@@ -51,6 +53,7 @@ __all__ = [
     "ResourceClaimConsumer",
     "ResourcePool",
     "ResourceSlice",
+    "ScaledQuantity",
 ]
 
 ALLOCATION_RESULTS_MAX_SIZE = 32  # resourceapi.AllocationResultsMaxSize: results per claim
@@ -60,6 +63,13 @@ CONFIG_SOURCE_CLASS = "FromClass"
 CONFIG_SOURCE_CLAIM = "FromClaim"
 PRIORITY_ANNOTATION = "dra.kube-gpu-extender.io/priority"
 POOL_PRIORITY_ANNOTATION = "dra.kube-gpu-extender.io/pool-priority"
+
+
+class ScaledQuantity(NamedTuple):
+    """A resource.Quantity: its exact ``value`` and the ``text`` it was written as (copied into results)."""
+
+    value: Fraction
+    text: str
 
 
 class DeviceID(NamedTuple):
@@ -130,7 +140,7 @@ class ExactDeviceRequest:
     count: int = 1
     admin_access: bool | None = None
     tolerations: tuple[DeviceToleration, ...] = ()
-    capacity_requests: Mapping[str, str] | None = None
+    capacity_requests: Mapping[str, ScaledQuantity] | None = None  # capacity.requests (consumable capacity)
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +151,7 @@ class DeviceSubRequest:
     allocation_mode: str = ALLOCATION_MODE_EXACT_COUNT
     count: int = 1
     tolerations: tuple[DeviceToleration, ...] = ()
-    capacity_requests: Mapping[str, str] | None = None
+    capacity_requests: Mapping[str, ScaledQuantity] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,12 +209,17 @@ class DeviceRequestAllocationResult:
     tolerations: tuple[DeviceToleration, ...] = ()
     binding_conditions: tuple[str, ...] = ()
     binding_failure_conditions: tuple[str, ...] = ()
-    share_id: str | None = None
-    consumed_capacity: Mapping[str, str] | None = None
+    share_id: str | None = None  # set for a share of a device that allows multiple allocations
+    consumed_capacity: Mapping[str, str] | None = None  # capacity name -> quantity, every capacity of a share
 
     @property
     def id(self) -> DeviceID:
         return DeviceID(self.driver, self.pool, self.device)
+
+    @property
+    def shared(self) -> bool:
+        """A share of a device (consumable capacity), not the whole device."""
+        return self.share_id is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,10 +291,29 @@ class Attribute(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
+class CapacityRequestPolicyRange:
+    """``validRange``: requests below ``min`` round up to it, between steps up to ``min + n*step``."""
+
+    min: ScaledQuantity
+    max: ScaledQuantity | None = None
+    step: ScaledQuantity | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityRequestPolicy:
+    """``requestPolicy`` of a capacity: ``default`` for requests that do not name the capacity, and at
+    most one of ``valid_values`` (ascending) or ``valid_range``."""
+
+    default: ScaledQuantity | None = None
+    valid_values: tuple[ScaledQuantity, ...] = ()
+    valid_range: CapacityRequestPolicyRange | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class DeviceCapacity:
     value: Fraction  # exact
     text: str  # as published, for display
-    request_policy: Mapping[str, Any] | None = None
+    request_policy: CapacityRequestPolicy | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,8 +346,8 @@ class Device:
     """One device of a ResourceSlice.
 
     ``unsupported`` says why this extender never allocates the device ("" if it may): it needs a
-    feature we do not implement (shared counters, binding conditions, multiple allocations, list
-    attributes), and allocating it without honouring that feature would be wrong.
+    feature we do not implement (binding conditions, list attributes), and allocating it without
+    honouring that feature would be wrong.
 
     ``memo`` belongs to the allocator: CEL results for this device object, keyed by expression.
     A re-published slice is parsed into new Device objects, so results never outlive the data.

@@ -63,7 +63,7 @@ def _write_error(claim: ResourceClaim, step: str, exc: ApiError) -> ClaimWriteEr
 
 
 def _same_allocation(stored: Any, ours: AllocationResult) -> bool:
-    """Whether a claim's ``status.allocation`` is ours: the same devices for the same requests.
+    """Whether a claim's ``status.allocation`` is ours: the same devices (and shares) for the same requests.
 
     Compared by results, not as raw JSON, because the API server may add fields we do not write
     (``allocationTimestamp``) or drop empty ones.
@@ -74,7 +74,7 @@ def _same_allocation(stored: Any, ours: AllocationResult) -> bool:
         theirs = parse_allocation(stored)
     except ParseError:
         return False
-    key = lambda r: (r.request, r.driver, r.pool, r.device)  # noqa: E731
+    key = lambda r: (r.request, r.driver, r.pool, r.device, r.share_id or "")  # noqa: E731
     return sorted(map(key, theirs.devices)) == sorted(map(key, ours.devices))
 
 

@@ -16,6 +16,13 @@ extender does not get:
   decides (before the first API write) until the written claims are in the cache, so two pods
   never get one device, whatever the order of watch events.
 
+Devices are held two ways, as kube-scheduler's AllocatedState: *whole* (a result without a
+``shareID``: nobody else may take the device) or as *shares* of a device that allows multiple
+allocations (a result with a ``shareID`` and its ``consumedCapacity``: others may take further
+shares while the capacity lasts). Both are kept per device, for claims and for in-flight binds,
+and handed to the allocator (``allocated_view`` / ``shared_view``); a device holding any share
+also consumes its shared counters.
+
 Claims are an *assume cache* like upstream's: a claim update older (by resourceVersion) than the
 one we stored after our own write is ignored, so a late watch event cannot free a device again.
 """
@@ -26,22 +33,26 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from allocator import (
+    AllocatedShare,
     AllocationResult,
     DeviceClass,
     DeviceID,
     NodeRef,
+    PoolCounters,
     ResourceClaim,
     ResourceSlice,
     SelectorCache,
     SliceIndex,
     allocated_device_ids,
+    allocated_shares,
 )
 from app.cluster.relist import apply_relist
 
-__all__ = ["DraState", "InFlight", "Proposal"]
+__all__ = ["AllocatedDevices", "DraState", "InFlight", "Proposal", "SharedView"]
 
 _PROPOSALS = 10_000  # pods with filter-time proposals kept at most (least recently filtered dropped first)
 
@@ -63,13 +74,36 @@ class InFlight:
     pod: str  # ns/name, for /debug
     node: str
     claims: Mapping[str, AllocationResult]  # claim key -> what we write
-    devices: tuple[DeviceID, ...]
+    devices: tuple[DeviceID, ...]  # held whole
+    shares: tuple[AllocatedShare, ...]
     started_at: float
     expires_at: float
 
 
 def _rv(value: str) -> int | None:
     return int(value) if value.isdigit() else None
+
+
+Shares = dict[DeviceID, dict[tuple[str, str], Mapping[str, Fraction] | None]]  # device -> (holder, shareID) -> consumed
+
+
+def _add_shares(into: Shares, holder: str, shares: Iterable[AllocatedShare]) -> None:
+    for share in shares:
+        into.setdefault(share.device, {})[(holder, share.share_id)] = share.consumed
+
+
+def _drop_shares(into: Shares, holder: str, shares: Iterable[AllocatedShare]) -> None:
+    for share in shares:
+        held = into.get(share.device)
+        if held is None:
+            continue
+        held.pop((holder, share.share_id), None)
+        if not held:
+            del into[share.device]
+
+
+def _number(value: Fraction) -> int | float:
+    return value.numerator if value.denominator == 1 else float(value)
 
 
 @dataclass
@@ -88,6 +122,8 @@ class DraState:
     _node_refs: dict[str, NodeRef] = field(default_factory=dict)
     _claim_devices: dict[DeviceID, str] = field(default_factory=dict)  # device -> claim key holding it
     _inflight_devices: dict[DeviceID, str] = field(default_factory=dict)  # device -> pod uid
+    _claim_shares: Shares = field(default_factory=dict)  # holder: claim key
+    _inflight_shares: Shares = field(default_factory=dict)  # holder: pod uid
 
     # ------------------------------------------------------------------ nodes
     def node_ref(self, name: str) -> NodeRef | None:
@@ -133,6 +169,7 @@ class DraState:
         if claim.allocation is not None:
             for device in allocated_device_ids(claim.allocation):
                 self._claim_devices[device] = claim.key
+            _add_shares(self._claim_shares, claim.key, allocated_shares(claim.allocation))
         return True
 
     def delete_claim(self, key: str) -> None:
@@ -153,11 +190,29 @@ class DraState:
         for device in allocated_device_ids(claim.allocation):
             if self._claim_devices.get(device) == claim.key:
                 del self._claim_devices[device]
+        _drop_shares(self._claim_shares, claim.key, allocated_shares(claim.allocation))
 
     # ------------------------------------------------------------------ allocated devices
     def allocated_view(self, pod_uid: str = "") -> AllocatedDevices:
         """Devices no other pod may take: claimed ones plus other pods' in-flight ones."""
         return AllocatedDevices(self._claim_devices, self._inflight_devices, pod_uid)
+
+    def shared_view(self, pod_uid: str = "") -> SharedView:
+        """Shares of devices held by claims and by other pods' in-flight binds (the allocator's
+        ``SharedDevices``)."""
+        return SharedView(self._claim_shares, self._inflight_shares, pod_uid)
+
+    def shares(self, device: DeviceID) -> list[dict[str, Any]]:
+        """Who holds which share of a device, for /debug."""
+        out = []
+        for shares, what in ((self._claim_shares, "claim"), (self._inflight_shares, "in flight for pod")):
+            for (holder, share_id), consumed in sorted((shares.get(device) or {}).items()):
+                name = self.inflight[holder].pod if what != "claim" and holder in self.inflight else holder
+                entry: dict[str, Any] = {"holder": f"{what} {name}", "shareID": share_id}
+                if consumed is not None:
+                    entry["consumed"] = {k: _number(v) for k, v in consumed.items()}
+                out.append(entry)
+        return out
 
     def holder(self, device: DeviceID) -> str:
         """Who holds a device, for /debug: ``claim ns/name``, ``in flight for pod <uid>`` or ``""``."""
@@ -184,6 +239,12 @@ class DraState:
         results = proposal.by_node.get(node)
         if results is None:
             return None
+        # Shares and shared counters depend on what else was allocated since: decide again.
+        if any(r.shared for result in results for r in result.devices):
+            return None
+        ref = self._node_refs.get(node)
+        if ref is None or self.slices.pools_for(ref).counters:
+            return None
         allocated = self.allocated_view(pod_uid)
         for result in results:
             if any(device in allocated for device in allocated_device_ids(result)):
@@ -195,11 +256,13 @@ class DraState:
         """Count ``claims``' devices as allocated from now on, replacing the pod's earlier entry."""
         self.end(pod_uid)
         devices = tuple(d for result in claims.values() for d in allocated_device_ids(result))
+        shares = tuple(share for result in claims.values() for share in allocated_shares(result))
         now = self.clock()
-        entry = InFlight(pod_uid, pod, node, dict(claims), devices, now, now + self.inflight_ttl)
+        entry = InFlight(pod_uid, pod, node, dict(claims), devices, shares, now, now + self.inflight_ttl)
         self.inflight[pod_uid] = entry
         for device in devices:
             self._inflight_devices[device] = pod_uid
+        _add_shares(self._inflight_shares, pod_uid, shares)
         return entry
 
     def end(self, pod_uid: str) -> None:
@@ -209,6 +272,7 @@ class DraState:
         for device in entry.devices:
             if self._inflight_devices.get(device) == pod_uid:
                 del self._inflight_devices[device]
+        _drop_shares(self._inflight_shares, pod_uid, entry.shares)
 
     def expire(self) -> list[InFlight]:
         """Drop expired proposals and in-flight entries (a bind that never finished either way)."""
@@ -236,10 +300,19 @@ class DraState:
             for s in pool.slices:
                 devices = []
                 for device in s.devices:
-                    holder = self.holder(DeviceID(pool.driver, pool.name, device.name))
+                    device_id = DeviceID(pool.driver, pool.name, device.name)
+                    holder = self.holder(device_id)
                     entry: dict[str, Any] = {"name": device.name, "holder": holder or None}
                     if device.capacity:
                         entry["capacity"] = {k: c.text for k, c in device.capacity.items()}
+                    if device.allow_multiple_allocations:
+                        entry["shares"] = self.shares(device_id)
+                        holder = holder or ("shared" if entry["shares"] else "")
+                    if device.consumes_counters:
+                        entry["consumesCounters"] = {
+                            use.counter_set: {k: _number(v) for k, v in use.counters.items()}
+                            for use in device.consumes_counters
+                        }
                     if device.unsupported:
                         entry["neverAllocated"] = device.unsupported
                     elif pool.usable:
@@ -249,17 +322,27 @@ class DraState:
                             free += 1
                     devices.append(entry)
                 slices.append({"name": s.name, "priority": s.priority, "devices": devices})
-            out.append(
-                {
-                    "driver": pool.driver,
-                    "pool": pool.name,
-                    "priority": pool.priority,
-                    "generation": pool.generation,
-                    "problem": pool.problem or None,
-                    "slices": slices,
-                }
-            )
+            view: dict[str, Any] = {
+                "driver": pool.driver,
+                "pool": pool.name,
+                "priority": pool.priority,
+                "generation": pool.generation,
+                "problem": pool.problem or None,
+                "slices": slices,
+            }
+            if pool.counters is not None:
+                view["counters"] = self._counter_view(pool.counters)
+            out.append(view)
         return {"freeDevices": free, "allocatedDevices": allocated, "pools": out}
+
+    def _counter_view(self, counters: PoolCounters) -> dict[str, Any]:
+        """Per counter set and counter: its total and what allocated and in-flight devices leave."""
+        allocated, shared = self.allocated_view(), self.shared_view()
+        left = counters.available(lambda d: d in allocated or d in shared)
+        return {
+            name: {c: {"total": _number(v), "available": _number(left[(name, c)])} for c, v in values.items()}
+            for name, values in counters.sets.items()
+        }
 
     def inflight_view(self) -> list[dict[str, Any]]:
         now = self.clock()
@@ -270,6 +353,7 @@ class DraState:
                 "node": e.node,
                 "claims": sorted(e.claims),
                 "devices": [str(d) for d in e.devices],
+                "shares": [f"{share.device}/{share.share_id}" for share in e.shares],
                 "ageSeconds": round(now - e.started_at, 3),
                 "expiresInSeconds": round(e.expires_at - now, 3),
             }
@@ -282,6 +366,7 @@ class DraState:
             "resourceClaims": len(self.claims),
             "resourceSlices": len(self.slices),
             "allocatedDevices": len(self._claim_devices),
+            "sharedDevices": len(self._claim_shares),
             "inFlightAllocations": len(self.inflight),
         }
 
@@ -297,6 +382,17 @@ class DraState:
         inflight = {d: e.pod_uid for e in self.inflight.values() for d in e.devices}
         if inflight != self._inflight_devices:
             raise AssertionError(f"in-flight devices drifted: have {self._inflight_devices}, want {inflight}")
+        claim_shares: Shares = {}
+        for claim in self.claims.values():
+            if claim.allocation is not None:
+                _add_shares(claim_shares, claim.key, allocated_shares(claim.allocation))
+        if claim_shares != self._claim_shares:
+            raise AssertionError(f"claimed shares drifted: have {self._claim_shares}, want {claim_shares}")
+        inflight_shares: Shares = {}
+        for e in self.inflight.values():
+            _add_shares(inflight_shares, e.pod_uid, e.shares)
+        if inflight_shares != self._inflight_shares:
+            raise AssertionError(f"in-flight shares drifted: have {self._inflight_shares}, want {inflight_shares}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,3 +412,37 @@ class AllocatedDevices:
     def __iter__(self) -> Iterator[Any]:
         yield from self.claimed
         yield from (d for d, owner in self.inflight.items() if owner != self.pod_uid)
+
+
+@dataclass(frozen=True, slots=True)
+class SharedView:
+    """The allocator's view of shares (``allocator.SharedDevices``): claims' shares plus other
+    pods' in-flight ones; a pod's own in-flight shares do not count against it."""
+
+    claimed: Shares
+    inflight: Shares
+    pod_uid: str
+
+    def _inflight_others(self, device: object) -> Iterator[Mapping[str, Fraction] | None]:
+        for (holder, _), consumed in (self.inflight.get(device) or {}).items():  # type: ignore[call-overload]
+            if holder != self.pod_uid:
+                yield consumed
+
+    def __contains__(self, device: object) -> bool:
+        return device in self.claimed or any(True for _ in self._inflight_others(device))
+
+    def __bool__(self) -> bool:
+        return bool(self.claimed) or any(
+            holder != self.pod_uid for held in self.inflight.values() for holder, _ in held
+        )
+
+    def consumed(self, device: DeviceID) -> Mapping[str, Fraction] | None:
+        total: dict[str, Fraction] | None = None
+        for consumed in [*(self.claimed.get(device) or {}).values(), *self._inflight_others(device)]:
+            if consumed is None:
+                continue
+            if total is None:
+                total = {}
+            for name, amount in consumed.items():
+                total[name] = total.get(name, Fraction(0)) + amount
+        return total

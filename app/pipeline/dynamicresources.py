@@ -133,7 +133,8 @@ class DynamicResources:
 
     # ------------------------------------------------------------------ Filter
     def allocator(self, pod_uid: str) -> Allocator:
-        return Allocator(self.state.classes, self.state.allocated_view(pod_uid), self.state.selectors)
+        state = self.state
+        return Allocator(state.classes, state.allocated_view(pod_uid), state.selectors, state.shared_view(pod_uid))
 
     def filter(
         self, allocator: Allocator, claims: PodClaims, node: str
@@ -179,6 +180,7 @@ class DynamicResources:
             view["devices"] = {
                 claim.key: [
                     {"request": r.request, "driver": r.driver, "pool": r.pool, "device": r.device}
+                    | ({"consumedCapacity": dict(r.consumed_capacity)} if r.consumed_capacity else {})
                     for r in result.devices
                 ]
                 for claim, result in zip(claims.unallocated, results, strict=True)

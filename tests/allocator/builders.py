@@ -6,8 +6,10 @@ objects arriving from the API server.
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from collections.abc import Container, Iterable, Mapping, Sequence
+from fractions import Fraction
 from typing import Any
 
 from allocator import (
@@ -25,6 +27,8 @@ from allocator import (
     parse_resource_claim,
     parse_resource_slice,
 )
+from allocator.capacity import NO_SHARES, SharedDevices
+from k8s_semantics.quantity import parse_quantity
 
 DRIVER = "gpu.example.com"
 OTHER_DRIVER = "nic.example.com"
@@ -138,10 +142,17 @@ def exactly(
 
 
 def sub(
-    name: str, *selectors: str, device_class_name: str = DRIVER, count: int | None = None, mode: str | None = None
+    name: str,
+    *selectors: str,
+    device_class_name: str = DRIVER,
+    count: int | None = None,
+    mode: str | None = None,
+    capacity: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """One ``firstAvailable`` subrequest."""
     out: dict[str, Any] = {"name": name, "deviceClassName": device_class_name}
+    if capacity is not None:
+        out["capacity"] = {"requests": dict(capacity)}
     if selectors:
         out["selectors"] = [{"cel": {"expression": s}} for s in selectors]
     if count is not None:
@@ -193,11 +204,50 @@ def allocate(
     node: NodeRef | None = None,
     classes: Iterable[DeviceClass] | None = None,
     allocated: Container[DeviceID] = frozenset(),
+    shared: SharedDevices = NO_SHARES,
 ) -> Allocated | Unschedulable:
-    """One Allocate call on ``node`` (default ``NODE`` without labels) with the default class."""
+    """One Allocate call on ``node`` (default ``NODE`` without labels) with the default class.
+
+    Share IDs are ``share-1``, ``share-2``... in the order the search hands them out."""
     ref = node or NodeRef(NODE)
     by_name = {c.name: c for c in (classes if classes is not None else [device_class()])}
-    return Allocator(by_name, allocated, SelectorCache()).allocate(ref, index(*slices).pools_for(ref), claims)
+    numbers = itertools.count(1)
+    allocator = Allocator(by_name, allocated, SelectorCache(), shared, lambda: f"share-{next(numbers)}")
+    return allocator.allocate(ref, index(*slices).pools_for(ref), claims)
+
+
+class Shares:
+    """A ``SharedDevices`` for tests: device -> summed consumption (quantity text per capacity)."""
+
+    def __init__(self, consumed: Mapping[DeviceID, Mapping[str, str] | None]) -> None:
+        self._consumed = {
+            d: None if c is None else {k: parse_quantity(v) for k, v in c.items()} for d, c in consumed.items()
+        }
+
+    def __contains__(self, device: object) -> bool:
+        return device in self._consumed
+
+    def __bool__(self) -> bool:
+        return bool(self._consumed)
+
+    def consumed(self, device: DeviceID) -> Mapping[str, Fraction] | None:
+        return self._consumed.get(device)
+
+
+def shared_gpu(name: str, policies: Mapping[str, Mapping[str, Any]] | None = None, **capacity: str) -> dict[str, Any]:
+    """A device that allows multiple allocations with these capacities (``policies``: requestPolicy by name)."""
+    caps: dict[str, Any] = {}
+    for key, value in capacity.items():
+        caps[key] = {"value": value}
+        if policies and key in policies:
+            caps[key]["requestPolicy"] = dict(policies[key])
+    return {"name": name, "allowMultipleAllocations": True, "capacity": caps}
+
+
+def shares_of(outcome: Allocated | Unschedulable, claim_index: int = 0) -> list[tuple[str, str | None, dict[str, str]]]:
+    """(device, shareID, consumedCapacity) per result of the claim."""
+    assert isinstance(outcome, Allocated), outcome
+    return [(r.device, r.share_id, dict(r.consumed_capacity or {})) for r in outcome.results[claim_index].devices]
 
 
 def picked(outcome: Allocated | Unschedulable, claim_index: int = 0) -> list[str]:

@@ -376,12 +376,6 @@ def test_match_attribute_on_a_parent_request_covers_its_subrequests() -> None:
     assert [(r.request, r.device) for r in outcome.results[0].devices] == [("a/any", "g1"), ("b", "g2")]
 
 
-def test_distinct_attribute_is_refused() -> None:
-    c = claim("c", exactly("gpu"), constraints=[{"distinctAttribute": f"{DRIVER}/model"}])
-    with pytest.raises(AllocationError, match="distinctAttribute"):
-        allocate([slice_obj("s", named("g0"))], c)
-
-
 # ---------------------------------------------------------------------------------------- devices in use
 
 
@@ -531,22 +525,10 @@ def test_all_mode_ignores_none_effect_taints() -> None:
 # ---------------------------------------------------------------------------------------- unsupported features
 
 
-@pytest.mark.parametrize(
-    "extra",
-    [
-        {"consumesCounters": [{"counterSet": "mem", "counters": {"m": {"value": "1Gi"}}}]},
-        {"bindingConditions": ["attached"]},
-        {"allowMultipleAllocations": True},
-    ],
-)
-def test_devices_needing_unsupported_features_are_never_allocated(extra: dict[str, Any]) -> None:
-    s = slice_obj("s", [{**gpu("odd"), **extra}, gpu("plain")])
-    if "consumesCounters" in extra:
-        s["spec"]["sharedCounters"] = [{"name": "mem", "counters": {"m": {"value": "8Gi"}}}]
+def test_binding_condition_devices_are_never_allocated() -> None:
+    s = slice_obj("s", [{**gpu("odd"), "bindingConditions": ["attached"]}, gpu("plain")])
     assert picked(allocate([s], claim())) == ["plain"]
-    only_odd = slice_obj("s", [{**gpu("odd"), **extra}])
-    if "consumesCounters" in extra:
-        only_odd["spec"]["sharedCounters"] = [{"name": "mem", "counters": {"m": {"value": "8Gi"}}}]
+    only_odd = slice_obj("s", [{**gpu("odd"), "bindingConditions": ["attached"]}])
     assert allocate([only_odd], claim()) == Unschedulable(REASON_CANNOT_ALLOCATE)
 
 
@@ -555,11 +537,6 @@ def test_all_mode_skips_binding_condition_devices() -> None:
     # off, so "All" means all *other* devices.
     s = slice_obj("s", [{**gpu("odd"), "bindingConditions": ["attached"]}, gpu("plain")], pool="p")
     assert picked(allocate([s], claim("c", exactly("gpu", mode="All")))) == ["plain"]
-
-
-def test_capacity_requests_are_never_satisfied() -> None:
-    c = claim("c", exactly("gpu", capacity={"memory": "1Gi"}))
-    assert allocate([slice_obj("s", sized("40Gi"))], c) == Unschedulable(REASON_CANNOT_ALLOCATE)
 
 
 # ---------------------------------------------------------------------------------------- errors for the pod

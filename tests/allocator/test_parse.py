@@ -113,9 +113,7 @@ def test_plain_devices_are_supported() -> None:
 @pytest.mark.parametrize(
     ("extra", "why"),
     [
-        ({"consumesCounters": [{"counterSet": "mem", "counters": {"m": {"value": "1Gi"}}}]}, "counters"),
         ({"bindingConditions": ["attached"]}, "binding conditions"),
-        ({"allowMultipleAllocations": True}, "multiple allocations"),
         ({"attributes": {"ids": {"ints": [1, 2]}}}, "list attributes"),
     ],
 )

@@ -141,14 +141,14 @@ def test_per_device_node_selection_devices_for_other_nodes_are_marked_off_node()
     assert [c.id.device for i, c in enumerate(pools.candidates) if i not in pools.off_node] == ["mine"]
 
 
-def test_a_shared_counters_slice_for_another_node_offers_none_of_its_devices() -> None:
-    # Counter sets belong to every node's view of the pool, but the slice's devices are for
-    # node-2 only (its nodeName): node-1 must not get them.
+def test_a_shared_counters_slice_offers_no_devices_on_any_node() -> None:
+    # 1.36 buildPool: a slice with sharedCounters is a counter slice (the API allows devices or
+    # counters, never both), so devices published in one anyway are offered to no node.
     theirs = slice_obj("theirs", [gpu("t")], node="node-2", pool="p2")
     theirs["spec"]["sharedCounters"] = [{"name": "mem", "counters": {"m": {"value": "8Gi"}}}]
     idx = index(theirs, slice_obj("mine", [gpu("m")], pool="p1"))
     assert candidate_names(idx, NodeRef("node-1")) == ["p1/m"]
-    assert candidate_names(idx, NodeRef("node-2")) == ["p2/t"]
+    assert candidate_names(idx, NodeRef("node-2")) == []
 
 
 # ---------------------------------------------------------------------------------------- generations, completeness

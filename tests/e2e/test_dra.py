@@ -132,3 +132,126 @@ def test_claim_from_a_template_is_created_allocated_and_reserved(group: Group) -
         assert [r["uid"] for r in claim["status"]["reservedFor"]] == [pod["metadata"]["uid"]]
     finally:
         _cleanup(group, driver)
+
+
+def _slice(name: str, driver: str, node: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": name},
+        "spec": {"driver": driver, "nodeName": node, **spec},
+    }
+
+
+def _device_class(group: Group) -> str:
+    driver = f"{group.name}.gpu.example.com"
+    group.api.create(
+        f"{RESOURCE}/deviceclasses",
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": driver},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]},
+        },
+    )
+    return driver
+
+
+def _claim_with(group: Group, name: str, exactly: dict[str, Any]) -> None:
+    group.api.create(
+        f"{RESOURCE}/namespaces/{group.name}/resourceclaims",
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}},
+        },
+    )
+
+
+def _results(claim: dict[str, Any]) -> list[dict[str, Any]]:
+    results: list[dict[str, Any]] = claim["status"]["allocation"]["devices"]["results"]
+    return results
+
+
+def test_two_pods_share_one_gpu_by_capacity(group: Group) -> None:
+    """Consumable capacity: one device with allowMultipleAllocations split between two pods; the
+    API server accepts both shares (shareID, consumedCapacity rounded by the requestPolicy) and a
+    third request that does not fit the rest is left unschedulable."""
+    driver = _device_class(group)
+    node = group.node("shared", gpus=None)
+    try:
+        memory = {
+            "value": "40Gi",
+            "requestPolicy": {"default": "1Gi", "validRange": {"min": "1Gi", "max": "40Gi", "step": "1Gi"}},
+        }
+        device = {"name": "gpu-0", "allowMultipleAllocations": True, "capacity": {"memory": memory}}
+        pool = {"name": node, "generation": 1, "resourceSliceCount": 1}
+        group.api.create(
+            f"{RESOURCE}/resourceslices", _slice(f"{node}-gpus", driver, node, {"pool": pool, "devices": [device]})
+        )
+        for name, amount in (("small", "9728Mi"), ("large", "30Gi"), ("more", "1Gi")):
+            _claim_with(group, name, {"deviceClassName": driver, "capacity": {"requests": {"memory": amount}}})
+        group.pod("p1", claims=[{"name": "gpu", "resourceClaimName": "small"}])
+        group.pod("p2", claims=[{"name": "gpu", "resourceClaimName": "large"}])
+        assert group.wait_bound("p1", "p2") == {"p1": node, "p2": node}
+        (small,) = _results(_claim(group, "small"))
+        (large,) = _results(_claim(group, "large"))
+        assert (small["device"], large["device"]) == ("gpu-0", "gpu-0")
+        assert small["consumedCapacity"] == {"memory": "10Gi"}  # 9.5Gi rounded up to the 1Gi step
+        assert large["consumedCapacity"] == {"memory": "30Gi"}
+        assert small["shareID"] and large["shareID"] and small["shareID"] != large["shareID"]
+        # 10Gi + 30Gi used: a third share of even 1Gi does not fit.
+        group.pod("p3", claims=[{"name": "gpu", "resourceClaimName": "more"}])
+        assert "cannot allocate all claims" in group.wait_unschedulable("p3")
+        group.delete_pod("p1")
+        wait_for("small deallocated", lambda: not (_claim(group, "small").get("status") or {}).get("allocation"))
+        assert group.wait_bound("p3") == {"p3": node}
+        (more,) = _results(_claim(group, "more"))
+        assert (more["device"], more["consumedCapacity"]) == ("gpu-0", {"memory": "1Gi"})
+    finally:
+        _cleanup(group, driver)
+
+
+def test_a_partition_blocks_the_whole_gpu(group: Group) -> None:
+    """Partitionable devices: counters in their own slice of the pool (1.36 shape), a whole GPU and
+    two halves consuming them; a bound half keeps the whole GPU from the next pod until it is freed."""
+    driver = _device_class(group)
+    node = group.node("mig", gpus=None)
+    try:
+        pool = {"name": node, "generation": 1, "resourceSliceCount": 2}
+        counters = [{"name": "gpu-0", "counters": {"memory": {"value": "40Gi"}}}]
+        group.api.create(
+            f"{RESOURCE}/resourceslices",
+            _slice(f"{node}-counters", driver, node, {"pool": pool, "sharedCounters": counters}),
+        )
+
+        def device(name: str, kind: str, memory: str) -> dict[str, Any]:
+            return {
+                "name": name,
+                "attributes": {"kind": {"string": kind}},
+                "consumesCounters": [{"counterSet": "gpu-0", "counters": {"memory": {"value": memory}}}],
+            }
+
+        devices = [
+            device("gpu-0", "whole", "40Gi"),
+            device("gpu-0-a", "half", "20Gi"),
+            device("gpu-0-b", "half", "20Gi"),
+        ]
+        group.api.create(
+            f"{RESOURCE}/resourceslices", _slice(f"{node}-devices", driver, node, {"pool": pool, "devices": devices})
+        )
+        for name, kind in (("half", "half"), ("whole", "whole")):
+            selector = f'device.attributes["{driver}"].kind == "{kind}"'
+            _claim_with(group, name, {"deviceClassName": driver, "selectors": [{"cel": {"expression": selector}}]})
+        group.pod("p1", claims=[{"name": "gpu", "resourceClaimName": "half"}])
+        assert group.wait_bound("p1") == {"p1": node}
+        assert [r["device"] for r in _results(_claim(group, "half"))] == ["gpu-0-a"]
+        group.pod("p2", claims=[{"name": "gpu", "resourceClaimName": "whole"}])
+        assert "cannot allocate all claims" in group.wait_unschedulable("p2")
+        group.delete_pod("p1")
+        wait_for("half deallocated", lambda: not (_claim(group, "half").get("status") or {}).get("allocation"))
+        assert group.wait_bound("p2") == {"p2": node}
+        assert [r["device"] for r in _results(_claim(group, "whole"))] == ["gpu-0"]
+    finally:
+        _cleanup(group, driver)
