@@ -235,7 +235,7 @@ def baseline_scheduler_config(path: Path) -> Path:
     return path
 
 
-EXTRA_PHASES = ("baseline-nobatching", "extender-sampled", "extender-feasible")
+EXTRA_PHASES = ("baseline-nobatching", "extender-sampled", "extender-feasible", "extender-failures-always")
 
 
 def _sampled(config: dict[str, Any]) -> None:
@@ -293,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
         choices=EXTRA_PHASES,
         help="also run: kube-scheduler alone without opportunistic batching; the shipped profile with "
         "kube-scheduler's default percentageOfNodesToScore (the extender sees a sample of the nodes); the shipped "
-        "configuration with filterReturns: Feasible",
+        "configuration with filterReturns: Feasible; the shipped configuration with filterFailures: Always",
     )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", help="write the results here")
@@ -324,6 +324,8 @@ def main(argv: list[str] | None = None) -> int:
                     config = extender_config()
                     if name == "extender-feasible":
                         config["filterReturns"] = "Feasible"
+                    if name == "extender-failures-always":
+                        config["filterFailures"] = "Always"
                     extender = plane.start_extender(config)
                     edit = _sampled if name == "extender-sampled" else None
                     plane.start_scheduler(extender.port, qps=qps, edit=edit)
