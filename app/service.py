@@ -281,9 +281,7 @@ class ExtenderService:
         priorities = self.resources.priorities(pod, candidates, batch, plugin)
         self._record("prioritize", pod.key, "ok", plugin=plugin or "", nodes=len(candidates.names))
         if batch is not None and batch.known.all():
-            return wire.host_priority_raw(
-                map(self.cache.table.host_prefix.__getitem__, batch.rows.tolist()), priorities
-            )
+            return wire.host_priority_raw(self.cache.table.host_prefixes(batch.names, batch.rows), priorities)
         return wire.host_priority_list(candidates.names, priorities)
 
     # ------------------------------------------------------------------ preempt

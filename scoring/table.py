@@ -186,6 +186,7 @@ class NodeTable:
         # times cheaper than hashing them into ``index``. Valid while ``_version`` is unchanged.
         self._version = 0
         self._recent: list[tuple[int, list[str], npt.NDArray[np.intp]]] = []
+        self._prefixes: list[tuple[int, Sequence[str], list[bytes]]] = []
 
     # ------------------------------------------------------------------ updates
     def _column(self) -> Int64Array:
@@ -307,6 +308,16 @@ class NodeTable:
         if position < 0:
             return Batch(names, rows, known, self)
         return Batch(names, rows, known, self, position, discount[1] if discount else None)
+
+    def host_prefixes(self, names: Sequence[str], rows: npt.NDArray[np.intp]) -> list[bytes]:
+        """``host_prefix`` of each row, kept for the name list they were asked for: kube-scheduler asks
+        /prioritize about the same candidates again and again (the wire hands back the same list)."""
+        for version, seen, prefixes in self._prefixes:
+            if seen is names and version == self._version:
+                return prefixes
+        prefixes = list(map(self.host_prefix.__getitem__, rows.tolist()))
+        self._prefixes = [(self._version, names, prefixes), *self._prefixes[: _RECALL_SLOTS - 1]]
+        return prefixes
 
     def remember(self, names: list[str], rows: npt.NDArray[np.intp]) -> None:
         """Keep ``names`` (all known, no repeats) with their rows for the next requests."""

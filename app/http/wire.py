@@ -388,16 +388,15 @@ _SCORE_TAIL = [f"{score}}},".encode() for score in range(11)]
 _LAST_SCORE_TAIL = [f"{score}}}]".encode() for score in range(11)]
 
 
-def host_priority_raw(prefixes: Iterable[bytes], scores: Sequence[int]) -> msgspec.Raw:
+def host_priority_raw(hosts: Sequence[bytes], scores: Sequence[int]) -> msgspec.Raw:
     """``HostPriorityList`` from per-node prebuilt ``{"Host":"<name>","Score":`` prefixes: no dict per
     node, no re-encoding of names (scores are 0..10), and no bytes object built per node: prefixes
     and score tails are interleaved in one list and joined once."""
-    hosts = list(prefixes)
     if len(hosts) != len(scores):
         raise ValueError(f"{len(hosts)} hosts but {len(scores)} scores")
     if not hosts:
         return msgspec.Raw(b"[]")
-    parts = hosts + hosts  # the right length; every other entry is overwritten by a tail below
+    parts: list[bytes] = [b""] * (2 * len(hosts))
     parts[0::2] = hosts
     parts[1::2] = map(_SCORE_TAIL.__getitem__, scores)
     parts[0] = b"[" + hosts[0]

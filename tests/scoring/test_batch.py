@@ -167,3 +167,21 @@ def test_the_table_keeps_each_name_as_a_json_key() -> None:
     for name in ("a", 'q"uote', "c"):
         table.upsert(NodeInfo(name, {"cpu": 1000}, allocatable_types=frozenset({"cpu"})))
     assert [table.name_key[table.index[n]] for n in ("a", 'q"uote', "c")] == [b'"a":', b'"q\\"uote":', b'"c":']
+
+
+def test_host_prefixes_are_kept_for_the_same_name_list_until_the_table_changes() -> None:
+    table = NodeTable()
+    for name in ("a", "b"):
+        table.upsert(NodeInfo(name, {"cpu": 1000}, allocatable_types=frozenset({"cpu"})))
+    names = ["b", "a"]
+    batch = table.batch(names)
+    assert batch is not None
+    first = table.host_prefixes(names, batch.rows)
+    assert first == [b'{"Host":"b","Score":', b'{"Host":"a","Score":']
+    assert table.host_prefixes(names, batch.rows) is first
+    assert table.host_prefixes(list(names), batch.rows) is not first  # an equal list is not the same list
+    table.remove("a")
+    table.upsert(NodeInfo("c", {"cpu": 1000}, allocatable_types=frozenset({"cpu"})))  # takes a's row
+    renamed = table.batch(["b", "c"])
+    assert renamed is not None and renamed.rows.tolist() == batch.rows.tolist()
+    assert table.host_prefixes(names, renamed.rows) == [b'{"Host":"b","Score":', b'{"Host":"c","Score":']
