@@ -332,15 +332,21 @@ class Options:
     ready_timeout: float
     client: str
     queues: bool = False
+    shipped: bool = False
 
 
 def run_case(mode: str, n: int, options: Options, workdir: Path) -> list[Row]:
     """Generate the cluster, serve it, time each verb; the snapshot file is removed afterwards."""
-    label = f"{mode}+queues" if options.queues else mode
+    label = f"{mode}+queues" if options.queues else f"{mode}+shipped" if options.shipped else mode
     snapshot = workdir / f"cluster-{label}-{n}.json"
     began = time.monotonic()
     pods = pending_pods()
     edit, config = None, None
+    if options.shipped:  # deploy/extender-config.yaml's ExtenderConfiguration
+        from tests.e2e.controlplane import extender_config
+
+        config = workdir / f"config-{label}-{n}.yaml"
+        config.write_text(yaml.safe_dump(extender_config(), sort_keys=False))
     if options.queues:
         edit, config = label_for_queues, workdir / f"config-{label}-{n}.yaml"
         config.write_text(yaml.safe_dump(queue_config(), sort_keys=False))
@@ -415,9 +421,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--queues", action="store_true", help="50 ClusterQueues in 5 cohorts, 4 flavors, FlavorFairness; pods queued"
     )
+    parser.add_argument(
+        "--shipped",
+        action="store_true",
+        help="serve with deploy/extender-config.yaml's configuration (filterReturns: BestScored, filterFailures: "
+        "WhenUnschedulable) instead of the defaults",
+    )
     parser.add_argument("--json", help="also write the rows and the machine to this file")
     args = parser.parse_args(argv)
-    options = Options(args.requests, args.warmup, args.seed, args.ready_timeout, args.client, args.queues)
+    if args.queues and args.shipped:
+        parser.error("--queues and --shipped are separate configurations: choose one")
+    options = Options(args.requests, args.warmup, args.seed, args.ready_timeout, args.client, args.queues, args.shipped)
     plan = [("names", int(s)) for s in args.sizes.split(",") if s.strip()]
     plan += [("nodelist", int(s)) for s in args.nodelist.split(",") if s.strip()]
     load1 = os.getloadavg()[0]
@@ -435,9 +449,10 @@ def main(argv: list[str] | None = None) -> int:
         "client": args.client,
         "load1_at_start": round(load1, 2),
     }
+    configuration = "shipped (deploy/)" if args.shipped else "queues" if args.queues else "defaults"
     print(
         f"\n{machine['date']}, {machine['cpus']} cores, Python {machine['python']}, {machine['platform']}, "
-        f"client {args.client}, load average at start {load1:.2f}"
+        f"client {args.client}, load average at start {load1:.2f}, configuration {configuration}"
     )
     print(table(rows))
     if args.json:
