@@ -7,8 +7,8 @@ array). Binds and claim writes are recorded in memory.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from dataclasses import replace
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,67 +32,60 @@ class SnapshotError(ValueError):
     pass
 
 
-def _flatten(doc: Any, where: str) -> Iterator[dict[str, Any]]:
-    if doc is None:
-        return
-    if isinstance(doc, list):
-        for index, item in enumerate(doc):
-            yield from _flatten(item, f"{where}[{index}]")
-        return
-    if not isinstance(doc, dict):
-        raise SnapshotError(f"{where}: expected a Kubernetes object or List, got {type(doc).__name__}")
-    if _is_list(doc):
-        item_kind = _item_kind(doc.get("kind", ""))
-        for index, item in enumerate(doc.get("items") or []):
-            if isinstance(item, dict) and item_kind and "kind" not in item:
-                item = {**item, "kind": item_kind}
-            yield from _flatten(item, f"{where}.items[{index}]")
-        return
-    yield doc
+@dataclass(frozen=True)
+class _Reader:
+    """How the flattening sees a document: ``shallow`` opens a node one level (a list of nodes, a
+    map of names to nodes, or a scalar), ``value`` gives a node's whole value."""
+
+    shallow: Callable[[Any], Any]
+    value: Callable[[Any], Any]
 
 
-def _is_list(doc: Mapping[str, Any]) -> bool:
-    kind = doc.get("kind", "")
-    return kind == "List" or (isinstance(kind, str) and kind.endswith("List")) or ("items" in doc and "kind" not in doc)
+def _same(node: Any) -> Any:
+    return node
 
 
-def _item_kind(list_kind: Any) -> str:
-    """ "Pod" for a "PodList"; "" for a plain "List", whose items name their kind."""
-    return list_kind[: -len("List")] if isinstance(list_kind, str) and list_kind.endswith("List") else ""
-
-
-# JSON snapshots are split object by object without decoding them whole: a 300 MB file of 150,000
-# pods decoded at once would take several GB as Python objects (and leave the heap that large).
+# YAML is decoded whole (PyYAML has no lazy mode); JSON is opened one level at a time with msgspec.Raw,
+# so a 300 MB file of 150,000 pods is never held decoded whole (several GB as Python objects).
+_yaml_reader = _Reader(_same, _same)
 _json_shallow = msgspec.json.Decoder(list[msgspec.Raw] | dict[str, msgspec.Raw] | None)
 _json_any = msgspec.json.Decoder()
 
 
-def _flatten_json(raw: bytes | msgspec.Raw, where: str, item_kind: str = "") -> Iterator[dict[str, Any]]:
+def _json_open(raw: msgspec.Raw | bytes) -> Any:
     try:
-        shallow = _json_shallow.decode(raw)
-    except msgspec.ValidationError:
-        value = _json_any.decode(raw)
-        raise SnapshotError(f"{where}: expected a Kubernetes object or List, got {type(value).__name__}") from None
+        return _json_shallow.decode(raw)
+    except msgspec.ValidationError:  # a scalar
+        return _json_any.decode(raw)
+
+
+_json_reader = _Reader(_json_open, _json_any.decode)
+
+
+def _flatten(node: Any, where: str, read: _Reader, item_kind: str = "") -> Iterator[dict[str, Any]]:
+    """The objects of a document: Lists (``kind: List``, ``<Kind>List``, or a bare ``items``) and arrays
+    opened recursively, a typed List's items given its kind."""
+    shallow = read.shallow(node)
     if shallow is None:
         return
     if isinstance(shallow, list):
         for index, item in enumerate(shallow):
-            yield from _flatten_json(item, f"{where}[{index}]")
+            yield from _flatten(item, f"{where}[{index}]", read)
         return
-    head: dict[str, Any] = {"kind": _json_any.decode(shallow["kind"])} if "kind" in shallow else {}
-    if "items" in shallow:
-        head["items"] = True  # only its presence matters here
-    if _is_list(head):
-        items = _json_shallow.decode(shallow["items"])
+    if not isinstance(shallow, dict):
+        raise SnapshotError(f"{where}: expected a Kubernetes object or List, got {type(shallow).__name__}")
+    kind = read.value(shallow["kind"]) if "kind" in shallow else ""
+    if kind == "List" or (isinstance(kind, str) and kind.endswith("List")) or ("items" in shallow and not kind):
+        items = read.shallow(shallow["items"]) if "items" in shallow else None
         if not isinstance(items, list | None):
             raise SnapshotError(f"{where}.items: expected a list")
-        kind = _item_kind(head.get("kind", ""))
+        of_kind = kind[: -len("List")] if isinstance(kind, str) and kind.endswith("List") else ""
         for index, item in enumerate(items or ()):
-            yield from _flatten_json(item, f"{where}.items[{index}]", kind)
+            yield from _flatten(item, f"{where}.items[{index}]", read, of_kind)
         return
-    obj = _json_any.decode(raw)
+    obj = read.value(node)
     if item_kind and "kind" not in obj:
-        obj["kind"] = item_kind
+        obj = {**obj, "kind": item_kind}
     yield obj
 
 
@@ -102,18 +95,17 @@ def iter_objects(path: str | Path) -> Iterator[dict[str, Any]]:
         data = Path(path).read_bytes()
     except OSError as exc:
         raise SnapshotError(f"cannot read snapshot {path}: {exc.strerror}") from None
-    if data.lstrip()[:1] in (b"{", b"["):
-        try:
-            yield from _flatten_json(data, "document 0")
-        except msgspec.DecodeError as exc:
-            raise SnapshotError(f"{path}: not valid JSON or YAML: {exc}") from None
-        return
     try:
+        if data.lstrip()[:1] in (b"{", b"["):
+            yield from _flatten(data, "document 0", _json_reader)
+            return
         docs = list(yaml.safe_load_all(data.decode("utf-8")))
-    except (ValueError, yaml.YAMLError) as exc:
+    except SnapshotError:
+        raise
+    except (ValueError, yaml.YAMLError) as exc:  # msgspec.DecodeError is a ValueError
         raise SnapshotError(f"{path}: not valid JSON or YAML: {exc}") from None
     for index, doc in enumerate(docs):
-        yield from _flatten(doc, f"document {index}")
+        yield from _flatten(doc, f"document {index}", _yaml_reader)
 
 
 def read_objects(path: str | Path) -> list[dict[str, Any]]:

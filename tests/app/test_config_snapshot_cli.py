@@ -229,7 +229,7 @@ def test_json_snapshot_errors_name_the_place(tmp_path: Path) -> None:
 
     scalar = tmp_path / "scalar.json"
     scalar.write_text(json.dumps({"kind": "List", "items": [{"kind": "Node"}, 3]}))
-    with pytest.raises(SnapshotError, match=r"document 0.items\[1\]: expected a Kubernetes object or List, got int"):
+    with pytest.raises(SnapshotError, match=r"^document 0.items\[1\]: expected a Kubernetes object or List, got int"):
         list(iter_objects(scalar))
     broken = tmp_path / "broken.json"
     broken.write_text('{"kind": "List", "items": [{"kind": "Node"},]}')
