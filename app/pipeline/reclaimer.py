@@ -25,9 +25,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from app.cluster.eviction import EventNote, EvictionOutcome, Evictor
+from app.cluster.eviction import EvictionOutcome, Evictor
 from app.cluster.objects import ObjectError, pod_placement
 from app.pipeline.fairness import Fairness
+from app.pipeline.reclaim_notes import eviction_notes
 from fairshare.admission import Verdict
 from fairshare.assignment import QueuedPod, judge
 from fairshare.config import ReclaimConfig
@@ -448,30 +449,8 @@ class Reclaimer:
         }
 
     async def _events(self, plan: Plan, workload: Workload, uid: str, victim: tuple[str, str]) -> None:
-        shares = self._shares(plan)
-        beneficiary, bq, vq = plan.pod, plan.queued.queue, workload.queue
-        what = "ClusterQueue" if plan.queued.kind == "kueue" else "KAI queue"
-        reason = dict((w.key, r) for w, r in plan.choice.victims)[workload.key]
-        namespace, name = victim
-        text = f"{what} {vq} (share {_fmt(shares.get(vq))}) for {what} {bq} (share {_fmt(shares.get(bq))}), {reason}"
-        await self.evictor.event(
-            EventNote(
-                namespace,
-                name,
-                uid,
-                "Reclaimed",
-                f"Evicted by kube-gpu-extender: {text}; to make room for pod {beneficiary.key}",
-            )
-        )
-        await self.evictor.event(
-            EventNote(
-                beneficiary.namespace,
-                beneficiary.name,
-                beneficiary.uid,
-                "Reclaiming",
-                f"kube-gpu-extender evicted pod {namespace}/{name} of {text}",
-            )
-        )
+        for note in eviction_notes(plan, workload, uid, victim, self._shares(plan)):
+            await self.evictor.event(note)
 
     async def _learn_placements(self) -> None:
         """Read the spec of pending pods filter has not shown us since start (their nodeSelector decides
@@ -508,9 +487,3 @@ class Reclaimer:
 def _add(target: dict[Any, Any], amounts: Mapping[Any, Any], sign: int) -> None:
     for key, value in amounts.items():
         target[key] = target.get(key, 0) + sign * value
-
-
-def _fmt(share: Any) -> str:
-    if isinstance(share, float):
-        return f"{share:.1f}" if share == share and share != float("inf") else str(share)
-    return str(share)
