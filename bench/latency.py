@@ -78,6 +78,7 @@ class Row:
     server_p50_ms: float  # the handler's own time (Server-Timing); the rest of p50 is HTTP, uvicorn and the client
     server_p99_ms: float
     read_p50_ms: float  # of the server's time, reading the request body
+    processing_p99_ms: float  # the server's time without reading the body (decode, verdicts, encode)
     errors: int
     rss_mib: float
     hwm_mib: float
@@ -294,7 +295,7 @@ def server_ns(header: str, metric: re.Pattern[str] = SERVER_TIMING) -> int | Non
 
 def measure(
     client: Client, path: str, bodies: list[bytes], count: int, check: Callable[[bytes], bool]
-) -> tuple[list[int], list[int], list[int], int]:
+) -> tuple[list[int], list[int], list[int], list[int], int]:
     """Sequential requests cycling over ``bodies`` (POST, or GET for an empty body): sorted round-trip
     ns, sorted server-side ns (from Server-Timing, for the verbs), errors.
 
@@ -303,6 +304,7 @@ def measure(
     samples: list[int] = []
     handler: list[int] = []
     reads: list[int] = []
+    processing: list[int] = []
     errors = 0
     gc.collect()
     gc.disable()
@@ -317,11 +319,13 @@ def measure(
                 handler.append(took)
             if read is not None:
                 reads.append(read)
+                if took is not None:
+                    processing.append(took - read)
             if status != 200 or not check(content):
                 errors += 1
     finally:
         gc.enable()
-    return sorted(samples), sorted(handler), sorted(reads), errors
+    return sorted(samples), sorted(handler), sorted(reads), sorted(processing), errors
 
 
 @dataclass
@@ -375,10 +379,20 @@ def run_case(mode: str, n: int, options: Options, workdir: Path) -> list[Row]:
         try:
             for verb, verb_bodies, check, budget in cases:
                 measure(client, f"/{verb}", verb_bodies, options.warmup, check)
-                samples, handler, reads, errors = measure(client, f"/{verb}", verb_bodies, options.requests, check)
+                samples, handler, reads, processing, errors = measure(
+                    client, f"/{verb}", verb_bodies, options.requests, check
+                )
                 p50, p99, top = percentile(samples, 50), percentile(samples, 99), samples[-1] / 1e6
                 srv50, srv99 = (percentile(handler, q) if handler else math.nan for q in (50, 99))
-                timing = (p50, p99, top, srv50, srv99, percentile(reads, 50) if reads else math.nan)
+                timing = (
+                    p50,
+                    p99,
+                    top,
+                    srv50,
+                    srv99,
+                    percentile(reads, 50) if reads else math.nan,
+                    percentile(processing, 99) if processing else math.nan,
+                )
                 row = Row(mode, options.queues, n, verb, len(samples), *timing, errors, 0, 0, budget)
                 rows.append(row)
         finally:
@@ -393,12 +407,28 @@ def run_case(mode: str, n: int, options: Options, workdir: Path) -> list[Row]:
 
 
 def table(rows: list[Row]) -> str:
-    header = ["mode", "nodes", "verb", "n", "p50 ms", "p99 ms", "max ms", "srv p50", "srv p99", "read p50", "errors"]
+    header = [
+        "mode",
+        "nodes",
+        "verb",
+        "n",
+        "p50 ms",
+        "p99 ms",
+        "max ms",
+        "srv p50",
+        "srv p99",
+        "read p50",
+        "proc p99",
+        "errors",
+    ]
     header += ["RSS MiB", "HWM MiB", "target", ""]
     lines = [header]
     for r in rows:
         target = f"srv p99 <= {r.target_ms:g} ms" if r.target_ms is not None else "-"
-        handler = ["-" if math.isnan(v) else f"{v:.2f}" for v in (r.server_p50_ms, r.server_p99_ms, r.read_p50_ms)]
+        handler = [
+            "-" if math.isnan(v) else f"{v:.2f}"
+            for v in (r.server_p50_ms, r.server_p99_ms, r.read_p50_ms, r.processing_p99_ms)
+        ]
         times = [f"{r.p50_ms:.2f}", f"{r.p99_ms:.2f}", f"{r.max_ms:.2f}", *handler]
         memory = [f"{r.rss_mib:.0f}", f"{r.hwm_mib:.0f}"]
         mode = f"{r.mode}+queues" if r.queues else r.mode
