@@ -10,7 +10,8 @@ HTTP, no Kubernetes client, like kube-scheduler's structured allocator.
 * ``requests`` - a claim's requests set up for the search; ``outcome`` - what Allocate answers;
 * ``allocate`` - the backtracking first-fit search and the AllocationResult it builds;
 * ``capacity`` - consumable capacity (shares, request policies); ``counters`` - shared counters
-  of partitionable devices; ``constraints`` - matchAttribute / distinctAttribute;
+  of partitionable devices; ``constraints`` - matchAttribute / distinctAttribute; ``taints`` - device
+  taints and DeviceTaintRules; ``binding`` - whether binding conditions let a claim's pod bind;
 * ``nodeselector`` / ``result`` - core/v1 NodeSelector matching, allocation JSON.
 """
 
@@ -42,6 +43,7 @@ from allocator.result import (
     allocation_to_obj,
     parse_allocation,
 )
+from allocator.taints import NO_TAINT_RULES, DeviceTaintRule, TaintRules, parse_device_taint_rule
 from allocator.types import (
     POOL_PRIORITY_ANNOTATION,
     PRIORITY_ANNOTATION,
@@ -58,6 +60,7 @@ from allocator.types import (
 
 __all__ = [
     "NO_SHARES",
+    "NO_TAINT_RULES",
     "POOL_PRIORITY_ANNOTATION",
     "PRIORITY_ANNOTATION",
     "REASON_CANNOT_ALLOCATE",
@@ -71,6 +74,7 @@ __all__ = [
     "DeviceClass",
     "DeviceID",
     "DeviceRequestAllocationResult",
+    "DeviceTaintRule",
     "NodePools",
     "NodeRef",
     "NodeSelector",
@@ -84,6 +88,7 @@ __all__ = [
     "SelectorError",
     "SharedDevices",
     "SliceIndex",
+    "TaintRules",
     "Unschedulable",
     "allocated_device_ids",
     "allocated_shares",
@@ -92,6 +97,7 @@ __all__ = [
     "node_selector_to_obj",
     "parse_allocation",
     "parse_device_class",
+    "parse_device_taint_rule",
     "parse_node_selector",
     "parse_resource_claim",
     "parse_resource_slice",

@@ -9,11 +9,15 @@ This is kube-scheduler's structured allocator (``incubating``) over KEP-5773-ord
 * A candidate is skipped when it is in use (allocated to another claim, in flight for another pod,
   or picked earlier in this attempt), not selectable (class selectors first, then the request's,
   then per-device node selection), needs a feature we do not implement, carries a NoSchedule /
-  NoExecute taint the request does not tolerate, lacks the capacity the request asks for
+  NoExecute taint (its slice's or a DeviceTaintRule's, ``allocator.taints``) the request does not
+  tolerate, lacks the capacity the request asks for
   (``allocator.capacity``; a device that allows multiple allocations gets a new *share* while
   its shares fit), would overdraw its pool's shared counters (``allocator.counters``), or breaks a
   ``matchAttribute`` / ``distinctAttribute`` constraint (``allocator.constraints``).
 * No scoring: priorities already are the order, so the first complete solution is the answer.
+* Devices with binding conditions are allocated like any other (their pools come after the others,
+  ``allocator.pools``); the results carry the conditions, and /bind waits for them
+  (``allocator.binding``, ``app.pipeline.binding_conditions``).
 
 ``Allocator`` is the facade (set-up of claims in ``allocator.requests``, outcome types in
 ``allocator.outcome``); ``_Search`` is one Allocate call.
@@ -39,6 +43,7 @@ from allocator.outcome import (
 )
 from allocator.pools import Candidate, NodePools
 from allocator.requests import Alternative, claim_constraint, claim_requests
+from allocator.taints import NO_TAINT_RULES, TaintRules, taint_blocks
 from allocator.types import (
     ALLOCATION_RESULTS_MAX_SIZE,
     CONFIG_SOURCE_CLAIM,
@@ -80,11 +85,11 @@ class _ClaimState:
     picked: list[_Pick] = field(default_factory=list)
 
 
-def _tolerated(candidate: Candidate, tolerations: tuple[DeviceToleration, ...]) -> bool:
-    for taint in candidate.device.taints:
-        if taint.blocks and not any(t.tolerates(taint) for t in tolerations):
-            return False
-    return True
+def _tolerated(candidate: Candidate, tolerations: tuple[DeviceToleration, ...], rules: TaintRules) -> bool:
+    """No NoSchedule / NoExecute taint of the device (slice or DeviceTaintRule) is left untolerated."""
+    if not candidate.device.taints and not rules:
+        return True
+    return taint_blocks(candidate.device, candidate.id, tolerations, rules) is None
 
 
 def _new_share_id() -> str:
@@ -101,7 +106,8 @@ class Allocator:
 
     ``allocated`` is every device held whole by a claim's ``status.allocation`` or in flight for
     another pod; ``shared`` the devices with shares (consumable capacity) and what those consume.
-    ``share_ids`` makes the ``shareID`` of each new share (a random UUID, as upstream). A claim's
+    ``share_ids`` makes the ``shareID`` of each new share (a random UUID, as upstream);
+    ``taint_rules`` the DeviceTaintRules in force (``allocator.taints``). A claim's
     requests are set up (classes looked up, selectors compiled) once per allocator, selector and
     capacity results are memoised per device, and a pool's available counters are computed once
     per allocator, so a filter over many nodes does per-node work only for the search itself.
@@ -114,8 +120,10 @@ class Allocator:
         selectors: SelectorCache,
         shared: SharedDevices = NO_SHARES,
         share_ids: Callable[[], str] = _new_share_id,
+        taint_rules: TaintRules = NO_TAINT_RULES,
     ) -> None:
         self.classes = classes
+        self.taint_rules = taint_rules
         self.allocated = allocated
         self.selectors = selectors
         self.shared = shared
@@ -189,6 +197,7 @@ class _Search:
         self.allocating: dict[DeviceID, dict[str, Fraction]] = {}
         self._counter_use: CounterUse | None = None
         self.any_shares = allocator.any_shares
+        self.rules = allocator.taint_rules
 
     def run(self) -> bool:
         return self._request(0, 0)
@@ -239,7 +248,9 @@ class _Search:
             candidate = self.candidates[i]
             # In use, an untolerated taint, no capacity or counters left: "All" cannot be met (these
             # are checked when a device is allocated, as upstream does, so they never shrink the list).
-            if self._in_use(c, candidate.id, alt.admin_access) or not _tolerated(candidate, alt.tolerations):
+            if self._in_use(c, candidate.id, alt.admin_access) or not _tolerated(
+                candidate, alt.tolerations, self.rules
+            ):
                 ok = False
                 break
             outcome = self._push(c, i, alt, candidate)
@@ -308,7 +319,7 @@ class _Search:
         return (
             not self._in_use(c, candidate.id, alt.admin_access)
             and self._selectable_for(i, candidate, alt)
-            and _tolerated(candidate, alt.tolerations)
+            and _tolerated(candidate, alt.tolerations, self.rules)
         )
 
     @staticmethod
@@ -417,6 +428,8 @@ class _Search:
                 device=candidate.id.device,
                 admin_access=True if alt.admin_access else None,
                 tolerations=alt.tolerations,
+                binding_conditions=candidate.device.binding_conditions,
+                binding_failure_conditions=candidate.device.binding_failure_conditions,
                 share_id=share_id,
                 consumed_capacity={name: q.text for name, q in consumed.items()} if consumed else None,
             )

@@ -22,11 +22,13 @@ from typing import Any
 from allocator.errors import AllocatorError
 from allocator.types import (
     ALLOCATION_MODE_EXACT_COUNT,
+    AllocatedDeviceStatus,
     AllocationResult,
     DeviceAllocationConfiguration,
     DeviceClaim,
     DeviceClaimConfiguration,
     DeviceClass,
+    DeviceCondition,
     DeviceConstraint,
     DeviceRequest,
     DeviceRequestAllocationResult,
@@ -398,6 +400,28 @@ def parse_resource_claim(obj: Mapping[str, Any]) -> ResourceClaim:
             )
         )
 
+    statuses = []
+    for dp, d in o.objects(status.get("devices"), "status.devices"):
+        conditions = []
+        for cp, c in o.objects(d.get("conditions"), f"{dp}.conditions"):
+            conditions.append(
+                DeviceCondition(
+                    o.text(c, "type", cp, required=True),
+                    o.text(c, "status", cp, required=True),
+                    o.text(c, "reason", cp),
+                    o.text(c, "message", cp),
+                )
+            )
+        statuses.append(
+            AllocatedDeviceStatus(
+                driver=o.text(d, "driver", dp, required=True),
+                pool=o.text(d, "pool", dp, required=True),
+                device=o.text(d, "device", dp, required=True),
+                share_id=o.opt_text(d, "shareID", dp),
+                conditions=tuple(conditions),
+            )
+        )
+
     owner = None
     for p, ref in o.objects(meta.get("ownerReferences"), "metadata.ownerReferences"):
         if ref.get("controller") is True and ref.get("kind") == "Pod" and ref.get("apiVersion", "v1") == "v1":
@@ -415,4 +439,5 @@ def parse_resource_claim(obj: Mapping[str, Any]) -> ResourceClaim:
         owner_pod_uid=owner,
         annotations=o.string_map(meta.get("annotations"), "metadata.annotations"),
         labels=o.string_map(meta.get("labels"), "metadata.labels"),
+        device_statuses=tuple(statuses),
     )

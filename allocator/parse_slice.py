@@ -104,10 +104,22 @@ def _request_policy(o: _Obj, value: Any, path: str) -> CapacityRequestPolicy | N
     )
 
 
-def _unsupported(attributes: Mapping[str, Attribute], binding_conditions: bool) -> str:
+_BINDING_CONDITIONS_MAX = 4  # resourceapi.BindingConditionsMaxSize / BindingFailureConditionsMaxSize
+
+
+def _conditions(o: _Obj, d: Mapping[str, Any], key: str, path: str) -> tuple[str, ...]:
+    """``bindingConditions`` / ``bindingFailureConditions``: at most 4 non-empty condition types."""
+    found = o.strings(d.get(key), f"{path}.{key}")
+    if len(found) > _BINDING_CONDITIONS_MAX:
+        raise o.fail(f"{path}.{key}", f"must have at most {_BINDING_CONDITIONS_MAX} entries, has {len(found)}")
+    for i, condition in enumerate(found):
+        if not condition:
+            raise o.fail(f"{path}.{key}[{i}]", "must be a non-empty condition type")
+    return found
+
+
+def _unsupported(attributes: Mapping[str, Attribute]) -> str:
     """Why a device needs a feature this extender does not implement ("" if none)."""
-    if binding_conditions:
-        return "has binding conditions (not supported)"
     for name, attr in attributes.items():
         if attr.kind not in ("int", "bool", "string", "version"):
             return f"attribute {name} has a {attr.kind} value (list attributes are not supported)"
@@ -145,7 +157,8 @@ def _device(o: _Obj, item: Any, path: str) -> Device:
                 o.opt_text(t, "timeAdded", tp),
             )
         )
-    binding_conditions = o.strings(d.get("bindingConditions"), f"{path}.bindingConditions")
+    binding_conditions = _conditions(o, d, "bindingConditions", path)
+    failure_conditions = _conditions(o, d, "bindingFailureConditions", path)
     multiple = bool(o.flag(d, "allowMultipleAllocations", path))
     return Device(
         name=o.text(d, "name", path, required=True),
@@ -155,12 +168,12 @@ def _device(o: _Obj, item: Any, path: str) -> Device:
         taints=tuple(taints),
         binds_to_node=bool(o.flag(d, "bindsToNode", path)),
         binding_conditions=binding_conditions,
-        binding_failure_conditions=o.strings(d.get("bindingFailureConditions"), f"{path}.bindingFailureConditions"),
+        binding_failure_conditions=failure_conditions,
         allow_multiple_allocations=multiple,
         node_name=o.text(d, "nodeName", path) or None,
         node_selector=_node_selector(o, d.get("nodeSelector"), f"{path}.nodeSelector"),
         all_nodes=bool(o.flag(d, "allNodes", path)),
-        unsupported=_unsupported(attributes, bool(binding_conditions)),
+        unsupported=_unsupported(attributes),
     )
 
 

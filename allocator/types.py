@@ -13,7 +13,7 @@ from fractions import Fraction
 from typing import Any, NamedTuple
 
 from k8s_semantics.nodeselector import NodeSelector, NodeSelectorRequirement, NodeSelectorTerm
-from k8s_semantics.taints import Toleration, tolerates
+from k8s_semantics.taints import Toleration
 
 __all__ = [
     "ALLOCATION_MODE_ALL",
@@ -23,6 +23,7 @@ __all__ = [
     "CONFIG_SOURCE_CLASS",
     "POOL_PRIORITY_ANNOTATION",
     "PRIORITY_ANNOTATION",
+    "AllocatedDeviceStatus",
     "AllocationResult",
     "Attribute",
     "CapacityRequestPolicy",
@@ -34,6 +35,7 @@ __all__ = [
     "DeviceClaim",
     "DeviceClaimConfiguration",
     "DeviceClass",
+    "DeviceCondition",
     "DeviceConstraint",
     "DeviceCounterConsumption",
     "DeviceID",
@@ -128,8 +130,16 @@ class DeviceToleration(Toleration):
     toleration_seconds: int | None = None
 
     def tolerates(self, taint: DeviceTaint) -> bool:
-        """resourceclaim.ToleratesTaint, which is core/v1's (k8s_semantics.taints)."""
-        return tolerates(self, taint)
+        """upstream ``resourceclaim.ToleratesTaint``: an empty effect or key matches any; ``Exists``
+        ignores the value, ``Equal`` (or no operator) compares it; any other operator (core/v1's
+        ``Gt`` / ``Lt`` included) tolerates nothing."""
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.key and self.key != taint.key:
+            return False
+        if self.operator in ("", "Equal"):
+            return self.value == taint.value
+        return self.operator == "Exists"
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,6 +259,34 @@ class AllocationResult:
 
 
 @dataclass(frozen=True, slots=True)
+class DeviceCondition:
+    """One ``status.devices[].conditions[]`` entry (a metav1.Condition): what binding conditions read."""
+
+    type: str
+    status: str  # True | False | Unknown
+    reason: str = ""
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class AllocatedDeviceStatus:
+    """One ``status.devices[]`` entry, written by the device's driver (or a controller)."""
+
+    driver: str
+    pool: str
+    device: str
+    share_id: str | None = None
+    conditions: tuple[DeviceCondition, ...] = ()
+
+    def condition(self, kind: str) -> DeviceCondition | None:
+        """apimeta.FindStatusCondition: the first condition of that type."""
+        for found in self.conditions:
+            if found.type == kind:
+                return found
+        return None
+
+
+@dataclass(frozen=True, slots=True)
 class ResourceClaim:
     namespace: str
     name: str
@@ -262,6 +300,7 @@ class ResourceClaim:
     owner_pod_uid: str | None = None  # the controlling ownerReference, when it is a Pod
     annotations: Mapping[str, str] = field(default_factory=dict)
     labels: Mapping[str, str] = field(default_factory=dict)
+    device_statuses: tuple[AllocatedDeviceStatus, ...] = ()  # status.devices
 
     @property
     def key(self) -> str:

@@ -135,6 +135,15 @@ class DraConfig(_Strict):
     proposalTTLSeconds: float = Field(
         60.0, gt=0, description="How long /bind may reuse the devices /filter chose on a node for a pod."
     )
+    bindingTimeoutSeconds: float = Field(
+        3.0,
+        gt=0,
+        le=600,
+        description="How long /bind waits, after writing the allocation, for the binding conditions of the "
+        "devices it allocated (DRADeviceBindingConditions) to become True before it undoes the allocation and "
+        "answers an Error. Keep it below kube-scheduler's extender httpTimeout (5s as shipped), or "
+        "kube-scheduler gives up on /bind first. kube-scheduler's own plugin waits up to 600s.",
+    )
 
 
 def _default_plugins() -> list[PluginConfig]:

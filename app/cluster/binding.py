@@ -186,6 +186,7 @@ class ApiClaimWriter:
                 status["reservedFor"] = remaining or None
                 if deallocate:
                     status.pop("allocation", None)
+                    status.pop("devices", None)  # device statuses must name allocated devices
                 obj = await self._put(claim, obj, "write status", status=True)
             metadata = obj.setdefault("metadata", {})
             if allocation is not None and (obj.get("status") or {}).get("allocation") is None:

@@ -50,6 +50,8 @@ from allocator import (
     allocated_device_ids,
     allocated_shares,
 )
+from allocator.taints import DeviceTaintRule, TaintRules
+from app.cluster.changes import ChangeSignal
 from app.cluster.relist import apply_relist
 
 __all__ = ["AllocatedDevices", "DraState", "InFlight", "Proposal", "SharedView"]
@@ -124,6 +126,8 @@ class DraState:
     _inflight_devices: dict[DeviceID, str] = field(default_factory=dict)  # device -> pod uid
     _claim_shares: Shares = field(default_factory=dict)  # holder: claim key
     _inflight_shares: Shares = field(default_factory=dict)  # holder: pod uid
+    taint_rules: TaintRules = field(default_factory=TaintRules)  # DeviceTaintRules (when the API is served)
+    claim_changes: ChangeSignal = field(default_factory=ChangeSignal)  # bumped on every claim change
 
     # ------------------------------------------------------------------ nodes
     def node_ref(self, name: str) -> NodeRef | None:
@@ -156,6 +160,15 @@ class DraState:
     def replace_slices(self, slices: Iterable[ResourceSlice]) -> None:
         self.slices.replace(slices)
 
+    def upsert_taint_rule(self, rule: DeviceTaintRule) -> None:
+        self.taint_rules.upsert(rule)
+
+    def delete_taint_rule(self, name: str) -> None:
+        self.taint_rules.delete(name)
+
+    def replace_taint_rules(self, rules: Iterable[DeviceTaintRule]) -> None:
+        self.taint_rules.replace(rules)
+
     # ------------------------------------------------------------------ claims
     def upsert_claim(self, claim: ResourceClaim) -> bool:
         """Store a claim unless it is older than the stored one; returns whether it was stored."""
@@ -170,10 +183,12 @@ class DraState:
             for device in allocated_device_ids(claim.allocation):
                 self._claim_devices[device] = claim.key
             _add_shares(self._claim_shares, claim.key, allocated_shares(claim.allocation))
+        self.claim_changes.notify()
         return True
 
     def delete_claim(self, key: str) -> None:
         self._uncount(self.claims.pop(key, None))
+        self.claim_changes.notify()
 
     def replace_claims(self, claims: Iterable[ResourceClaim]) -> None:
         def upsert(claim: ResourceClaim) -> None:
@@ -365,6 +380,7 @@ class DraState:
             "deviceClasses": len(self.classes),
             "resourceClaims": len(self.claims),
             "resourceSlices": len(self.slices),
+            "deviceTaintRules": len(self.taint_rules),
             "allocatedDevices": len(self._claim_devices),
             "sharedDevices": len(self._claim_shares),
             "inFlightAllocations": len(self.inflight),

@@ -31,6 +31,7 @@ __all__ = [
     "pod_from_obj",
     "pod_placement",
     "slice_from_obj",
+    "taint_rule_from_obj",
 ]
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
@@ -217,6 +218,7 @@ def _dra(parse: Callable[[Mapping[str, Any]], T]) -> Callable[[Mapping[str, Any]
 device_class_from_obj = _dra(allocator.parse_device_class)
 claim_from_obj = _dra(allocator.parse_resource_claim)
 slice_from_obj = _dra(allocator.parse_resource_slice)
+taint_rule_from_obj = _dra(allocator.parse_device_taint_rule)
 
 # The kinds the cache keeps, each with its converter: how a file of mixed objects is sorted out.
 CONVERTERS: Mapping[str, Callable[[Mapping[str, Any]], object]] = {

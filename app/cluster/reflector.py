@@ -25,14 +25,17 @@ from app.cluster.objects import (
     node_from_obj,
     pod_from_obj,
     slice_from_obj,
+    taint_rule_from_obj,
 )
 from app.operator.metrics import Metrics
 
 __all__ = [
+    "DEVICE_TAINT_RULES_NOT_SERVED",
     "DRA_RESOURCES",
     "Reflector",
     "Resource",
     "device_class_resource",
+    "device_taint_rule_resource",
     "node_resource",
     "pod_resource",
     "resource_claim_resource",
@@ -62,6 +65,9 @@ class Resource:
     # skipped. None keeps the items as they are.
     convert: Callable[[dict[str, Any]], Any] | None = None
     kind: str = ""  # the object kind, for log lines
+    # An API that may not be served (a beta group version that is off by default): a 404 on the list
+    # counts as "synced, no objects" and the list is tried again every max_backoff seconds.
+    optional: bool = False
 
 
 def _convert_all(items: list[dict[str, Any]], convert: Callable[[dict[str, Any]], Any], what: str) -> list[Any]:
@@ -163,7 +169,23 @@ resource_slice_resource = _dra_resource(
     _name,
 )
 
-DRA_RESOURCES = (device_class_resource, resource_claim_resource, resource_slice_resource)
+DEVICE_TAINT_RULES_NOT_SERVED = (
+    "resource.k8s.io/v1beta2 devicetaintrules not served (DRADeviceTaintRules off): only slice taints apply"
+)
+device_taint_rule_resource = Resource(
+    name="devicetaintrules",
+    path="/apis/resource.k8s.io/v1beta2/devicetaintrules",
+    field_selector="",
+    replace=lambda cache, items: cache.dra.replace_taint_rules(items),
+    upsert=lambda cache, obj: cache.dra.upsert_taint_rule(taint_rule_from_obj(obj)),
+    delete=lambda cache, obj: cache.dra.delete_taint_rule(_name(obj)),
+    not_found=DEVICE_TAINT_RULES_NOT_SERVED,
+    convert=taint_rule_from_obj,
+    kind="DeviceTaintRule",
+    optional=True,
+)
+
+DRA_RESOURCES = (device_class_resource, resource_claim_resource, resource_slice_resource, device_taint_rule_resource)
 
 
 class Reflector:
@@ -206,14 +228,37 @@ class Reflector:
             except GoneError:
                 self.resource_version = ""
                 self._restart("gone")
+            except ApiError as exc:
+                if self.resource.optional and exc.status == 404:
+                    self._not_served(exc)
+                    await asyncio.sleep(self.max_backoff)  # asks again: the API may be turned on later
+                else:
+                    await asyncio.sleep(self._failed(exc, backoff))
+                    backoff = min(backoff * 2, self.max_backoff)
             except Exception as exc:  # whatever it was, the loop must survive and retry
-                if not isinstance(exc, ApiError | ObjectError):
+                if not isinstance(exc, ObjectError):
                     log.exception("%s: unexpected error in the watch loop", self.resource.name)
-                self._disconnected(exc)
-                delay = exc.retry_after if isinstance(exc, ApiError) and exc.retry_after else backoff
-                self._restart("error")
-                await asyncio.sleep(delay * (1 + random.random() * 0.2))
+                await asyncio.sleep(self._failed(exc, backoff))
                 backoff = min(backoff * 2, self.max_backoff)
+
+    def _failed(self, exc: Exception, backoff: float) -> float:
+        """Record a failure; how long to wait before retrying."""
+        self._disconnected(exc)
+        delay = exc.retry_after if isinstance(exc, ApiError) and exc.retry_after else backoff
+        self._restart("error")
+        return delay * (1 + random.random() * 0.2)
+
+    def _not_served(self, exc: ApiError) -> None:
+        """An optional API answered 404: nothing of it exists (objects seen before are dropped)."""
+        if self.state.last_error != self.resource.not_found:
+            log.info("%s: %s (%s)", self.resource.name, self.resource.not_found or "not served", exc)
+        self.resource.replace(self.cache, [])
+        self.resource_version = ""
+        self.state.synced = True
+        self.state.connected = False
+        self.state.disconnected_since = None
+        self.state.last_error = self.resource.not_found or str(exc)
+        self._restart("not-served")
 
     def _restart(self, cause: str) -> None:
         self.state.restarts += 1

@@ -209,7 +209,11 @@ class SnapshotClaimWriter:
         deallocate = allocation is not None and not remaining and current.allocation == allocation
         if remaining != current.reserved_for or deallocate:
             current = self._store(
-                current, "status", reserved_for=remaining, allocation=None if deallocate else current.allocation
+                current,
+                "status",
+                reserved_for=remaining,
+                allocation=None if deallocate else current.allocation,
+                device_statuses=() if deallocate else current.device_statuses,
             )
         if deallocate and FINALIZER in current.finalizers:
             current = self._store(

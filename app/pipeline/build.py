@@ -32,7 +32,8 @@ def build_pipeline(
     participants: list[Participant] = [fit]
     # Pods with ResourceClaims are ours to allocate only when DRA is on and claims can be written.
     if config.dra.enabled and claim_writer is not None:
-        participants.append(DraClaims(DynamicResources(cache.dra), claim_writer))
+        dra = DynamicResources(cache.dra, wall_clock=wall_clock)
+        participants.append(DraClaims(dra, claim_writer, config.dra.bindingTimeoutSeconds))
     if fairness is not None:
         participants.append(Queues(fairness))
     return Pipeline(participants), fit

@@ -1,8 +1,9 @@
 """DRA claims: a pod's ResourceClaims allocated on the node it binds to (KEP-5773 priority order).
 
 Filter runs DynamicResources on the nodes still passing (it is the most expensive check); reserve
-chooses the devices and holds them in flight; pre-bind writes the claims; unreserve gives back
-what was written when the Binding fails for certain.
+chooses the devices and holds them in flight; pre-bind writes the claims, then waits for the binding
+conditions of their devices (if any); unreserve gives back what was written when the wait or the
+Binding fails for certain.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 from allocator import AllocationError
 from app.cluster.writes import ClaimWriteError
+from app.pipeline.binding_conditions import needs_wait, wait_for_binding_conditions
 from app.pipeline.dynamicresources import ClaimWriter, DynamicResources, Reservation
 from app.pipeline.framework import BindCycle, FilterCycle, FilterError, Participant, Refusal
 from scoring.framework import PodInfo, Status
@@ -23,9 +25,10 @@ __all__ = ["DraClaims"]
 class DraClaims(Participant):
     name = "dra"
 
-    def __init__(self, dra: DynamicResources, writer: ClaimWriter) -> None:
+    def __init__(self, dra: DynamicResources, writer: ClaimWriter, binding_timeout: float = 3.0) -> None:
         self.dra = dra
         self.writer = writer
+        self.binding_timeout = binding_timeout  # dra.bindingTimeoutSeconds
 
     def applies(self, pod: PodInfo) -> bool:
         return bool(pod.claims or pod.claims_pending)
@@ -68,7 +71,20 @@ class DraClaims(Participant):
             message = f"writing the claims of pod {cycle.key} failed: {exc}"
             return Refusal("claim-write", message, definite=exc.definite)
         held.written = True
-        return None
+        return await self._binding_conditions(cycle, held.reservation)
+
+    async def _binding_conditions(self, cycle: BindCycle, reservation: Reservation) -> Refusal | None:
+        """Wait for the devices' binding conditions (app.pipeline.binding_conditions); a Refusal makes
+        /bind undo the writes (unreserve) and answer an Error."""
+        state = self.dra.state
+        keys = [claim.key for claim, _ in reservation.allocate] + [claim.key for claim in reservation.reserve]
+        claims = [state.claims[key] for key in keys if key in state.claims]
+        if not needs_wait(claims):
+            return None
+        reason = await wait_for_binding_conditions(state, keys, self.binding_timeout)
+        if not reason:
+            return None
+        return Refusal("binding-conditions", f"pod {cycle.key} cannot bind to node {cycle.node}: {reason}")
 
     async def unreserve(self, cycle: BindCycle) -> None:
         held: _Held | None = cycle.state.pop(self.name, None)

@@ -11,7 +11,8 @@ Filter         ``filter`` (per node)            allocated claims: their nodeSele
 Reserve        ``reserve`` (in /bind)           pick the allocation for the chosen node and
                                                 count it as in flight, before any await
 PreBind        ``prebind`` (in /bind)           finalizer, then ``status.allocation`` and
-                                                ``status.reservedFor``, claim by claim
+                                                ``status.reservedFor``, claim by claim; then
+                                                wait for binding conditions (claims.py)
 Unreserve      ``unreserve``                    undo every write of this bind in reverse order
 =============  ===============================  =============================================
 
@@ -22,8 +23,9 @@ otherwise both would allocate (see deploy/README.md).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from allocator import (
@@ -94,9 +96,14 @@ def _unresolvable(reason: str) -> Status:
     return Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, reason)
 
 
+def _rfc3339(seconds: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
+
+
 class DynamicResources:
-    def __init__(self, state: DraState) -> None:
+    def __init__(self, state: DraState, wall_clock: Callable[[], float] = time.time) -> None:
         self.state = state
+        self.wall_clock = wall_clock
 
     # ------------------------------------------------------------------ PreFilter
     def prefilter(self, pod: PodInfo) -> PodClaims | Status:
@@ -134,7 +141,13 @@ class DynamicResources:
     # ------------------------------------------------------------------ Filter
     def allocator(self, pod_uid: str) -> Allocator:
         state = self.state
-        return Allocator(state.classes, state.allocated_view(pod_uid), state.selectors, state.shared_view(pod_uid))
+        return Allocator(
+            state.classes,
+            state.allocated_view(pod_uid),
+            state.selectors,
+            state.shared_view(pod_uid),
+            taint_rules=state.taint_rules,
+        )
 
     def filter(
         self, allocator: Allocator, claims: PodClaims, node: str
@@ -210,11 +223,18 @@ class DynamicResources:
                 if ref is None or not node_selector_matches(claim.allocation.node_selector, ref):
                     return _unresolvable(REASON_NOT_ON_NODE)
         assert results is not None
-        allocate = tuple(zip(claims.unallocated, results, strict=True))
+        allocate = tuple(zip(claims.unallocated, map(self._stamped, results), strict=True))
         reserve = tuple(c for c in claims.allocated if pod.uid not in {r.uid for r in c.reserved_for})
         if allocate:
             self.state.begin(pod.uid, pod.key, node, {claim.key: result for claim, result in allocate})
         return Reservation(node, allocate, reserve)
+
+    def _stamped(self, allocation: AllocationResult) -> AllocationResult:
+        """With binding conditions, ``allocationTimestamp`` records when the allocation was made (as
+        upstream's PreBind does; upstream sets it on every allocation, here only where it is read)."""
+        if allocation.allocation_timestamp is not None or not any(r.binding_conditions for r in allocation.results):
+            return allocation
+        return replace(allocation, allocation_timestamp=_rfc3339(self.wall_clock()))
 
     # ------------------------------------------------------------------ PreBind / Unreserve
     async def prebind(self, pod: PodInfo, reservation: Reservation, writer: ClaimWriter) -> None:

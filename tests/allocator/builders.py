@@ -28,6 +28,7 @@ from allocator import (
     parse_resource_slice,
 )
 from allocator.capacity import NO_SHARES, SharedDevices
+from allocator.taints import NO_TAINT_RULES, TaintRules
 from k8s_semantics.quantity import parse_quantity
 
 DRIVER = "gpu.example.com"
@@ -205,6 +206,7 @@ def allocate(
     classes: Iterable[DeviceClass] | None = None,
     allocated: Container[DeviceID] = frozenset(),
     shared: SharedDevices = NO_SHARES,
+    taint_rules: TaintRules = NO_TAINT_RULES,
 ) -> Allocated | Unschedulable:
     """One Allocate call on ``node`` (default ``NODE`` without labels) with the default class.
 
@@ -212,7 +214,9 @@ def allocate(
     ref = node or NodeRef(NODE)
     by_name = {c.name: c for c in (classes if classes is not None else [device_class()])}
     numbers = itertools.count(1)
-    allocator = Allocator(by_name, allocated, SelectorCache(), shared, lambda: f"share-{next(numbers)}")
+    allocator = Allocator(
+        by_name, allocated, SelectorCache(), shared, lambda: f"share-{next(numbers)}", taint_rules=taint_rules
+    )
     return allocator.allocate(ref, index(*slices).pools_for(ref), claims)
 
 

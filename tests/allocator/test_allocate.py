@@ -525,18 +525,23 @@ def test_all_mode_ignores_none_effect_taints() -> None:
 # ---------------------------------------------------------------------------------------- unsupported features
 
 
-def test_binding_condition_devices_are_never_allocated() -> None:
-    s = slice_obj("s", [{**gpu("odd"), "bindingConditions": ["attached"]}, gpu("plain")])
-    assert picked(allocate([s], claim())) == ["plain"]
-    only_odd = slice_obj("s", [{**gpu("odd"), "bindingConditions": ["attached"]}])
-    assert allocate([only_odd], claim()) == Unschedulable(REASON_CANNOT_ALLOCATE)
+def test_binding_condition_devices_are_allocated_with_their_conditions() -> None:
+    # DRADeviceBindingConditions (beta, on in 1.36): the device is allocatable, and the result
+    # carries copies of its bindingConditions / bindingFailureConditions (upstream allocator).
+    odd = {**gpu("odd"), "bindingConditions": ["attached"], "bindingFailureConditions": ["failed"]}
+    outcome = allocate([slice_obj("s", [odd])], claim())
+    assert isinstance(outcome, Allocated)
+    (result,) = outcome.results[0].devices
+    assert (result.device, result.binding_conditions, result.binding_failure_conditions) == (
+        "odd",
+        ("attached",),
+        ("failed",),
+    )
 
 
-def test_all_mode_skips_binding_condition_devices() -> None:
-    # Reference section 5: devices with bindingConditions are not selectable while the feature is
-    # off, so "All" means all *other* devices.
+def test_all_mode_takes_binding_condition_devices_too() -> None:
     s = slice_obj("s", [{**gpu("odd"), "bindingConditions": ["attached"]}, gpu("plain")], pool="p")
-    assert picked(allocate([s], claim("c", exactly("gpu", mode="All")))) == ["plain"]
+    assert picked(allocate([s], claim("c", exactly("gpu", mode="All")))) == ["odd", "plain"]
 
 
 # ---------------------------------------------------------------------------------------- errors for the pod

@@ -113,7 +113,6 @@ def test_plain_devices_are_supported() -> None:
 @pytest.mark.parametrize(
     ("extra", "why"),
     [
-        ({"bindingConditions": ["attached"]}, "binding conditions"),
         ({"attributes": {"ids": {"ints": [1, 2]}}}, "list attributes"),
     ],
 )

@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from app.cluster.binding import FINALIZER, ApiClaimWriter
+from app.cluster.reflector import DEVICE_TAINT_RULES_NOT_SERVED
 from app.cluster.writes import ClaimWriteError
 from tests.app.apiharness import Harness, add_dra_node, eventually
 from tests.app.apiharness import run as run_harness
@@ -163,5 +164,22 @@ def test_release_recognises_our_allocation_when_the_server_added_fields(fake: Fa
         assert released is not None and released.allocation is None and not released.reserved_for
         claim = h.claim("x")
         assert "allocation" not in claim["status"] and FINALIZER not in claim["metadata"].get("finalizers", [])
+
+    run(fake, body)
+
+
+def test_device_taint_rules_not_served_count_as_synced_and_empty(fake: FakeAPIServer) -> None:
+    # The fake API server does not serve resource.k8s.io/v1beta2 (DRADeviceTaintRules is off by
+    # default in 1.36): the optional watch answers 404, the extender is ready, and no rule applies.
+    add_dra_node(fake, "c1")
+
+    async def body(h: Harness) -> None:
+        await eventually(lambda: h.service.not_ready_reason() == "", "ready without devicetaintrules")
+        state = h.cache.source("devicetaintrules")
+        assert state.synced and state.last_error == DEVICE_TAINT_RULES_NOT_SERVED
+        assert ("GET", "/apis/resource.k8s.io/v1beta2/devicetaintrules") in {
+            (method, target.split("?")[0]) for method, target in fake.requests
+        }
+        assert len(h.cache.dra.taint_rules) == 0
 
     run(fake, body)

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from app.cluster.binding import FINALIZER
+from app.cluster.reflector import DEVICE_TAINT_RULES_NOT_SERVED
 from tests.app.apiharness import GPU, SOURCES, Harness, add_dra_node, eventually, run
 from tests.conftest import bind_body, claim_obj, filter_body, gpu_device, node_obj, pod_obj, slice_obj, with_claims
 from tests.fakeapi import FakeAPIServer
@@ -64,9 +65,13 @@ def test_unreachable_at_start_then_up(fake: FakeAPIServer) -> None:
         await h.settled("synced after the server came up")
         assert (await h.readyz())[0] == 200
         sources = await h.sources()
-        assert all(s["synced"] and s["relists"] == 1 for s in sources.values())
+        assert all(sources[n]["synced"] and sources[n]["relists"] == 1 for n in SOURCES)
+        # The fake API server does not serve the optional DeviceTaintRule API: synced, with no rules.
+        assert sources["devicetaintrules"]["synced"]
+        assert sources["devicetaintrules"]["lastError"] == DEVICE_TAINT_RULES_NOT_SERVED
         await eventually(lambda: all(h.cache.source(s).connected for s in SOURCES), "watches open")
-        assert all(not s["lastError"] for s in (await h.sources()).values())
+        sources = await h.sources()
+        assert all(not sources[n]["lastError"] for n in SOURCES)
 
     run(fake, body)
 

@@ -74,7 +74,7 @@ def _granted() -> set[tuple[str, str, str]]:
 
 def test_rbac_lets_the_extender_read_dra_objects_and_write_claims() -> None:
     granted = _granted()
-    for resource in ("deviceclasses", "resourceslices", "resourceclaims"):
+    for resource in ("deviceclasses", "resourceslices", "resourceclaims", "devicetaintrules"):
         assert {("resource.k8s.io", resource, v) for v in ("list", "watch")} <= granted
     assert ("resource.k8s.io", "resourceclaims", "update") in granted
     assert ("resource.k8s.io", "resourceclaims/status", "update") in granted

@@ -255,3 +255,91 @@ def test_a_partition_blocks_the_whole_gpu(group: Group) -> None:
         assert [r["device"] for r in _results(_claim(group, "whole"))] == ["gpu-0"]
     finally:
         _cleanup(group, driver)
+
+
+def _scheduling_error(group: Group, name: str) -> str | None:
+    """The PodScheduled=False message of a failed scheduling attempt (a /bind Error), if any."""
+    pod = group.get_pod(name) or {}
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if c["type"] == "PodScheduled" and c["status"] == "False" and "binding conditions" in c.get("message", ""):
+            return str(c["message"])
+    return None
+
+
+def _attachable_node(group: Group, driver: str, kind: str) -> str:
+    """A node with one GPU whose binding needs the condition "attached" (failing on "failed")."""
+    node = group.node(kind, gpus=None)
+    device = {"name": "gpu-0", "bindingConditions": ["attached"], "bindingFailureConditions": ["failed"]}
+    pool = {"name": node, "generation": 1, "resourceSliceCount": 1}
+    group.api.create(
+        f"{RESOURCE}/resourceslices", _slice(f"{node}-gpus", driver, node, {"pool": pool, "devices": [device]})
+    )
+    return node
+
+
+def test_a_binding_condition_set_true_lets_the_pod_bind(group: Group) -> None:
+    """DRADeviceBindingConditions: /bind writes the allocation (the API server accepts the copied
+    conditions and allocationTimestamp), waits, and binds once the test, acting as the driver, sets
+    the device's condition True in status.devices."""
+    driver = _device_class(group)
+    node = _attachable_node(group, driver, "attach")
+    try:
+        _claim_with(group, "c", {"deviceClassName": driver})
+        group.pod("p1", claims=[{"name": "gpu", "resourceClaimName": "c"}])
+        claim = wait_for("c allocated", lambda: _claim(group, "c") if _allocated_devices(_claim(group, "c")) else None)
+        (result,) = _results(claim)
+        assert result["bindingConditions"] == ["attached"] and result["bindingFailureConditions"] == ["failed"]
+        assert claim["status"]["allocation"]["allocationTimestamp"]
+        assert not (group.get_pod("p1") or {}).get("spec", {}).get("nodeName")  # waiting, not bound yet
+        condition = {
+            "type": "attached",
+            "status": "True",
+            "reason": "Attached",
+            "message": "",
+            "lastTransitionTime": "2026-01-01T00:00:00Z",
+        }
+        status = {"driver": driver, "pool": result["pool"], "device": "gpu-0", "conditions": [condition]}
+        claim["status"]["devices"] = [status]
+        group.api.put(f"{RESOURCE}/namespaces/{group.name}/resourceclaims/c/status", claim)
+        assert group.wait_bound("p1") == {"p1": node}
+    finally:
+        _cleanup(group, driver)
+
+
+def test_a_binding_condition_that_never_becomes_true_fails_the_bind_and_frees_the_device(group: Group) -> None:
+    """After dra.bindingTimeoutSeconds /bind answers an Error (kube-scheduler records it and retries)
+    and the allocation is undone between attempts."""
+    driver = _device_class(group)
+    _attachable_node(group, driver, "never")
+    try:
+        _claim_with(group, "c", {"deviceClassName": driver})
+        group.pod("p1", claims=[{"name": "gpu", "resourceClaimName": "c"}])
+        wait_for("c allocated", lambda: _allocated_devices(_claim(group, "c")))
+        message = wait_for("the bind error", lambda: _scheduling_error(group, "p1"))
+        assert "not met within" in message and "attached" in message
+        wait_for("c deallocated", lambda: not (_claim(group, "c").get("status") or {}).get("allocation"))
+        assert not (group.get_pod("p1") or {}).get("spec", {}).get("nodeName")
+    finally:
+        _cleanup(group, driver)
+
+
+def test_a_no_schedule_tainted_device_is_skipped_unless_tolerated(group: Group) -> None:
+    driver = _device_class(group)
+    node = group.node("tainted", gpus=None)
+    try:
+        device = {"name": "gpu-0", "taints": [{"key": "maintenance", "effect": "NoSchedule"}]}
+        pool = {"name": node, "generation": 1, "resourceSliceCount": 1}
+        group.api.create(
+            f"{RESOURCE}/resourceslices", _slice(f"{node}-gpus", driver, node, {"pool": pool, "devices": [device]})
+        )
+        _claim_with(group, "plain", {"deviceClassName": driver})
+        toleration = {"key": "maintenance", "operator": "Exists", "effect": "NoSchedule"}
+        _claim_with(group, "tolerant", {"deviceClassName": driver, "tolerations": [toleration]})
+        group.pod("p1", claims=[{"name": "gpu", "resourceClaimName": "plain"}])
+        assert "cannot allocate all claims" in group.wait_unschedulable("p1")
+        group.pod("p2", claims=[{"name": "gpu", "resourceClaimName": "tolerant"}])
+        assert group.wait_bound("p2") == {"p2": node}
+        (result,) = _results(_claim(group, "tolerant"))
+        assert result["device"] == "gpu-0" and result["tolerations"] == [toleration]
+    finally:
+        _cleanup(group, driver)
