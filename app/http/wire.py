@@ -143,7 +143,7 @@ def _top(body: bytes) -> dict[str, msgspec.Raw]:
 def _decode(decoder: msgspec.json.Decoder[Any], raw: msgspec.Raw, field_name: str) -> Any:
     try:
         return decoder.decode(raw)
-    except msgspec.ValidationError as exc:
+    except msgspec.DecodeError as exc:  # wrong types, or (a node split off unparsed) malformed JSON
         raise WireError(f"{field_name}: {exc}") from None
 
 
@@ -237,8 +237,10 @@ def _go_node_list(body: bytes) -> ExtenderArgs | None:
     a fraction of that. Quotes inside JSON strings are escaped, and no object nested in a v1.Node
     (images, taints, conditions, addresses, managedFields...) begins with a ``metadata`` member, so
     ``},{"metadata":{"name":"`` can only be the seam between two items. The nodes are echoed as
-    received; the Pod is decoded (and so checked) by the caller. Anything unexpected returns None and
-    the body takes the decoding path.
+    received and not checked as JSON here (kube-scheduler's encoder wrote them; a node the cache
+    does not know is decoded when its allocatable is read, and a broken one fails as "invalid
+    allocatable"); the Pod is decoded (and so checked) by the caller. Anything unexpected returns
+    None and the body takes the decoding path.
     """
     if not body.startswith(b'{"Pod":{') or not body.endswith(_GO_NODES_CLOSE):
         return None

@@ -176,3 +176,16 @@ def test_prioritize_finds_the_names_filter_answered() -> None:
     go_body = b'{"Pod":' + msgspec.json.encode(pod) + b',"Nodes":null,"NodeNames":' + msgspec.json.encode(passed) + b"}"
     assert wire.decode_extender_args(go_body).node_names is wire.decode_extender_args(go_body).node_names
     assert wire._name_lists.get(msgspec.json.encode(passed)) == passed
+
+
+def test_a_broken_node_split_off_unparsed_fails_as_invalid_allocatable_not_as_an_internal_error() -> None:
+    service = make_service([node_obj("g1", gpus=4)])
+    pod = msgspec.json.encode(pod_obj("p", gpus=1))
+    known = msgspec.json.encode({k: v for k, v in node_obj("g1", gpus=4).items() if k != "kind"})
+    broken = b'{"metadata":{"name":"fresh"},"status":{"allocatable":{"nvidia.com/gpu":"4",]}}}'
+    body = b'{"Pod":' + pod + b',"Nodes":{"metadata":{},"items":[' + known + b"," + broken + b']},"NodeNames":null}'
+    assert wire._go_node_list(body) is not None  # the fast path takes it
+    answer = msgspec.json.decode(wire.encode(service.filter(body)))
+    assert answer["Error"] == ""
+    assert answer["FailedAndUnresolvableNodes"] == {"fresh": "node(s) with invalid allocatable"}
+    assert [item["metadata"]["name"] for item in answer["Nodes"]["items"]] == ["g1"]
