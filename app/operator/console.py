@@ -19,7 +19,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs, urlencode
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import jinja2
 from fastapi import FastAPI, Request
@@ -121,6 +121,19 @@ async def _read_form(request: Request, limit: int) -> dict[str, str]:
     return {k: v[0] for k, v in fields.items()}
 
 
+def cross_site(request: Request) -> str:
+    """Why this request must not run an explain, or "": a page of another site (one the operator has
+    open while the console is port-forwarded, say) may not make the browser spend the extender's
+    event loop. Browsers name the requesting site in Sec-Fetch-Site, and a form POST carries Origin."""
+    site = request.headers.get("sec-fetch-site")
+    if site is not None and site not in ("same-origin", "none"):
+        return f"refused: an explain requested by another site (Sec-Fetch-Site: {site})"
+    origin = request.headers.get("origin")
+    if origin and origin != "null" and urlsplit(origin).netloc != request.headers.get("host", ""):
+        return f"refused: an explain requested by another origin ({origin})"
+    return ""
+
+
 def _node_names(text: str) -> list[str]:
     return [n for n in text.replace(",", " ").split() if n]
 
@@ -148,6 +161,9 @@ def mount_console(app: FastAPI, service: ExtenderService) -> None:
 
         async def handler(request: Request) -> Response:
             params = dict(request.query_params)
+            refused = cross_site(request) if view == "explain" and params.get("pod") else ""
+            if refused:
+                return render("error.html", 403, current=view, error=refused)
             try:
                 return render(template, current=view, params=params, **build(params))
             except ConsoleError as exc:
@@ -216,6 +232,9 @@ def mount_console(app: FastAPI, service: ExtenderService) -> None:
         pods, total = pending_pods(service)
         context: dict[str, Any] = {"pending": pods, "pending_total": total, "current": "explain", "params": {}}
         context.update(text="", nodes="", picked="", result=None)
+        refused = cross_site(request)
+        if refused:
+            return render("explain.html", 403, error=refused, **context)
         try:
             form = await _read_form(request, limit)
             context.update(text=form.get("pod", ""), nodes=form.get("nodes", ""))

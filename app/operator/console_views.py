@@ -265,6 +265,17 @@ class ExplainInputError(ValueError):
     """A pasted pod the console cannot explain; the message says why."""
 
 
+class _NoAliasLoader(yaml.SafeLoader):
+    """YAML without aliases: a few KB of nested ones expand to gigabytes once the pod is encoded as
+    JSON (and that would run on the event loop the verbs share)."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+            raise yaml.composer.ComposerError(None, None, "YAML aliases (*name) are not accepted here", mark)
+        return super().compose_node(parent, index)
+
+
 def parse_pod_text(text: str) -> tuple[dict[str, Any], list[str] | None]:
     """A pasted Pod (YAML or JSON), or a whole ExtenderArgs body: (the pod, its NodeNames if given)."""
     if not text.strip():
@@ -273,9 +284,13 @@ def parse_pod_text(text: str) -> tuple[dict[str, Any], list[str] | None]:
         obj = json.loads(text)
     except ValueError:
         try:
-            obj = yaml.safe_load(text)
+            obj = yaml.load(text, Loader=_NoAliasLoader)  # a SafeLoader, minus aliases
         except yaml.YAMLError as exc:
             raise ExplainInputError(f"neither JSON nor YAML: {exc}") from None
+        try:
+            json.dumps(obj)
+        except (TypeError, ValueError) as exc:  # an unquoted date, say
+            raise ExplainInputError(f"the YAML holds a value JSON cannot: {exc}") from None
     if not isinstance(obj, dict):
         raise ExplainInputError(f"expected a Pod object, got {type(obj).__name__}")
     names = None

@@ -353,6 +353,9 @@ def test_explain_a_pending_pod_of_the_cache(console: Any) -> None:
             "kind: Pod\nmetadata: {name: q}\nspec: {containers: [{name: c, resources: {requests: {cpu: lots}}}]}",
             "lots",
         ),
+        # Aliases would let a few KB expand to gigabytes of JSON on the event loop.
+        ("a: &x [1, 2]\nb: [*x, *x]\nkind: Pod", "YAML aliases (*name) are not accepted here"),
+        ("kind: Pod\nmetadata: {name: q, creationTimestamp: 2026-11-24}", "the YAML holds a value JSON cannot"),
     ],
 )
 def test_explain_refuses_bad_pods_with_a_message(console: Any, text: str, message: str) -> None:
@@ -414,3 +417,23 @@ def test_amounts_read_as_an_operator_writes_them() -> None:
     assert detail_text({"borrowing": False, "failed": {"Insufficient nvidia.com/gpu": 3}}) == (
         "borrowing: false, failed: Insufficient nvidia.com/gpu: 3"
     )
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{"Sec-Fetch-Site": "cross-site"}, {"Sec-Fetch-Site": "same-site"}, {"Origin": "http://evil.example"}],
+)
+def test_explain_requested_by_another_site_is_refused(console: Any, headers: dict[str, str]) -> None:
+    """A page of another site may not make the operator's browser run explains (they cost the event
+    loop the verbs share); the console's own form and links are same-origin."""
+    service = example_service()
+    client = console(service)
+    pending = next(p for p in service.cache.pods.values() if not p.node_name)
+    for answer in (
+        client.post("/ui/explain", data={"pod": json.dumps(pod_obj("q", gpus=1))}, headers=headers),
+        client.get(f"/ui/explain?pod={pending.uid}", headers=headers),
+    ):
+        assert answer.status_code == 403 and "refused" in answer.text
+    same = {"Sec-Fetch-Site": "same-origin", "Origin": "http://testserver"}
+    answer = client.post("/ui/explain", data={"pod": json.dumps(pod_obj("q", gpus=1))}, headers=same)
+    assert answer.status_code == 200
