@@ -41,8 +41,11 @@ class WorkloadAdmissions:
 
     def __init__(self) -> None:
         self._by_key: dict[str, tuple[float, tuple[str, ...]]] = {}  # ns/name -> (time, owner UIDs)
-        self._by_owner: dict[str, float] = {}
+        # owner UID -> (the Workload it was last set by, its time): Kueue may create a Job's new Workload
+        # before it deletes the old one, and deleting the old one must not drop the new one's time.
+        self._by_owner: dict[str, tuple[str, float]] = {}
         self.listed = False
+        self.version = 0  # bumped when any admission time may have changed (for whoever caches them)
 
     def resource(self) -> Resource:
         return Resource(
@@ -67,6 +70,7 @@ class WorkloadAdmissions:
         for obj in items:
             self.upsert(obj)
         self.listed = True
+        self.version += 1
 
     def upsert(self, obj: Mapping[str, Any]) -> None:
         self.delete(obj)
@@ -78,20 +82,27 @@ class WorkloadAdmissions:
         owners = tuple(
             str(r["uid"]) for r in (refs if isinstance(refs, list) else ()) if isinstance(r, Mapping) and r.get("uid")
         )
-        self._by_key[self._key(obj)] = (at, owners)
+        key = self._key(obj)
+        self._by_key[key] = (at, owners)
         for uid in owners:
-            self._by_owner[uid] = at
+            self._by_owner[uid] = (key, at)
+        self.version += 1
 
     def delete(self, obj: Mapping[str, Any]) -> None:
-        old = self._by_key.pop(self._key(obj), None)
-        for uid in old[1] if old is not None else ():
-            self._by_owner.pop(uid, None)
+        key = self._key(obj)
+        old = self._by_key.pop(key, None)
+        if old is None:
+            return
+        for uid in old[1]:
+            if self._by_owner.get(uid, ("", 0.0))[0] == key:
+                del self._by_owner[uid]
+        self.version += 1
 
     def admitted_at(self, pod: PodInfo, group_name: str = "") -> float | None:
         """The admission time of the pod's Workload, or None when no admitted Workload is known."""
         for uid in (pod.uid, pod.owner_uid):
             if uid and uid in self._by_owner:
-                return self._by_owner[uid]
+                return self._by_owner[uid][1]
         if group_name:
             found = self._by_key.get(f"{pod.namespace}/{group_name}")
             if found is not None:

@@ -1,4 +1,5 @@
-"""What the reclaim loop tells people: the Events on a victim and on the pod it made room for."""
+"""What the reclaim loop tells people: the shares behind a decision, and the Events on a victim and on
+the pod it made room for."""
 
 from __future__ import annotations
 
@@ -8,9 +9,22 @@ from app.cluster.eviction import EventNote
 from fairshare.reclaim import Workload
 
 if TYPE_CHECKING:
+    from app.pipeline.fairness import Fairness
     from app.pipeline.reclaimer import Plan
 
-__all__ = ["eviction_notes"]
+__all__ = ["decision_shares", "eviction_notes"]
+
+
+def decision_shares(fairness: Fairness, plan: Plan) -> dict[str, Any]:
+    """The queues' shares a decision read: Kueue weighted DRS, KAI allocated / fair share."""
+    queues = {plan.queued.queue} | {w.queue for w, _ in plan.choice.victims}
+    if plan.queued.kind == "kueue":
+        return {q: fairness.usage.share_of(q).share for q in sorted(queues)}
+    kai = fairness.kai_ledger()
+    shares = kai.fair_shares()
+    return {
+        q: {"allocated": dict(kai.allocated.get(q, {})), "fairShare": dict(shares.get(q, {}))} for q in sorted(queues)
+    }
 
 
 def eviction_notes(

@@ -28,7 +28,7 @@ from typing import Any
 from app.cluster.eviction import EvictionOutcome, Evictor
 from app.cluster.objects import ObjectError, pod_placement
 from app.pipeline.fairness import Fairness
-from app.pipeline.reclaim_notes import eviction_notes
+from app.pipeline.reclaim_notes import decision_shares, eviction_notes
 from fairshare.admission import Verdict
 from fairshare.assignment import QueuedPod, judge
 from fairshare.config import ReclaimConfig
@@ -90,9 +90,15 @@ class Reclaimer:
         # kind -> pod UID -> (pod, what it counts, node, its Workload): lone pods' Workloads between rounds.
         self._memo: dict[str, dict[str, tuple[PodInfo, Any, str, Workload]]] = {}
         self._indexes: dict[str, tuple[Any, Workloads]] = {}  # kind -> (what it was built from, index)
+        self._memo_versions: dict[str, int] = {}  # kind -> the admission times' version its memo saw
         self.rounds = 0
         self.last_error = ""
         fairness.reclaim_view = self.view
+
+    def _admissions_version(self) -> int:
+        """Changes whenever a Workload's admission time may have (the Workload watch bumps it)."""
+        workloads = self.fairness.workloads
+        return workloads.version if workloads is not None else 0
 
     @property
     def config(self) -> ReclaimConfig:
@@ -117,6 +123,7 @@ class Reclaimer:
         if not self.leading:
             return []
         self.rounds += 1
+        self._forget_gone()
         await self._learn_placements()
         started = time.perf_counter()
         plans = self.decide()
@@ -159,7 +166,10 @@ class Reclaimer:
         groups: dict[str, list[tuple[PodInfo, str, Mapping[Any, float], str]]] = {}
         too_young: set[str] = set()
         kai = fairness.kai_ledger()
-        old_memo, memo = self._memo.get(kind, {}), {}
+        # Lone pods' Workloads from the last build, unless admission times may have moved since.
+        version = self._admissions_version()
+        old_memo = self._memo.get(kind, {}) if self._memo_versions.get(kind) == version else {}
+        memo: dict[str, tuple[PodInfo, Any, str, Workload]] = {}
         out = []
         amounts: Mapping[Any, float]
         for uid, (node, pod, assumed) in cache.counted_items():
@@ -199,6 +209,7 @@ class Reclaimer:
             evicted = pod.terminating or uid in self.evicted
             out.append(single if single.evicted == evicted else replace(single, evicted=evicted))
         self._memo[kind] = memo
+        self._memo_versions[kind] = version
         for key, members in groups.items():
             if key in too_young or key in gone:
                 continue  # one pod too young keeps its whole gang
@@ -227,7 +238,8 @@ class Reclaimer:
             return self.workloads(kind, gone)
         config = self.config
         clock = int(self.wall_clock()) if config.min_runtime_seconds > 0 else 0
-        key = (cache.generation, frozenset(self.evicted), clock, config.min_runtime_seconds, id(self.fairness.config))
+        admissions, minimum = self._admissions_version(), config.min_runtime_seconds
+        key = (cache.generation, admissions, frozenset(self.evicted), clock, minimum, id(self.fairness.config))
         cached = self._indexes.get(kind)
         if cached is None or cached[0] != key:
             cached = self._indexes[kind] = (key, self.workloads(kind))
@@ -380,12 +392,12 @@ class Reclaimer:
                 mode=config.mode,
                 outcome=outcome,
                 node=plan.choice.node,
-                shares=self._shares(plan),
+                shares=decision_shares(self.fairness, plan),
                 victims=victims,
             )
-        if outcome == "dry-run":
-            for w in fresh:
-                self.on_eviction(w.queue, "dry-run")
+            if outcome == "dry-run":  # counted once per decision, not once per round it stands
+                for w in fresh:
+                    self.on_eviction(w.queue, "dry-run")
 
     async def _evict(self, plan: Plan, fresh: Sequence[Workload], config: ReclaimConfig) -> str:
         """All new victims' pods, or none: rate limit, retry times, then a dry run of each eviction."""
@@ -428,6 +440,8 @@ class Reclaimer:
         return (pod.namespace, pod.name) if pod is not None else ("", uid)
 
     def _forget_gone(self) -> None:
+        """Drop what is kept per pod once the pod is gone (or, for a beneficiary, bound), and retry
+        times that have passed: run every round, so nothing grows with the pods a cluster has seen."""
         cache = self.fairness.cache
         if cache is None:
             return
@@ -435,21 +449,12 @@ class Reclaimer:
         for uid in [u for u in self.reported if u not in cache.pods or cache.pods[u].node_name]:
             del self.reported[uid]
             self.evicted_for.pop(uid, None)
-
-    def _shares(self, plan: Plan) -> dict[str, Any]:
-        """The queues' shares the decision read: Kueue weighted DRS, KAI allocated / fair share."""
-        queues = {plan.queued.queue} | {w.queue for w, _ in plan.choice.victims}
-        if plan.queued.kind == "kueue":
-            return {q: self.fairness.usage.share_of(q).share for q in sorted(queues)}
-        kai = self.fairness.kai_ledger()
-        shares = kai.fair_shares()
-        return {
-            q: {"allocated": dict(kai.allocated.get(q, {})), "fairShare": dict(shares.get(q, {}))}
-            for q in sorted(queues)
-        }
+        now = self.monotonic()
+        for uid in [u for u, at in self.retry_at.items() if at <= now or u not in cache.pods]:
+            del self.retry_at[uid]
 
     async def _events(self, plan: Plan, workload: Workload, uid: str, victim: tuple[str, str]) -> None:
-        for note in eviction_notes(plan, workload, uid, victim, self._shares(plan)):
+        for note in eviction_notes(plan, workload, uid, victim, decision_shares(self.fairness, plan)):
             await self.evictor.event(note)
 
     async def _learn_placements(self) -> None:

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
+
+import pytest
 
 from app.cluster.objects import pod_from_obj
 from app.cluster.workloads import WorkloadAdmissions
@@ -105,3 +108,26 @@ def test_a_watched_workloads_quota_reservation_time_wins_over_the_pods() -> None
     assert sorted(preempt_victims(service)) == ["b", "c"]
     workloads.delete({"metadata": {"name": "job-b-1234", "namespace": "p1"}})  # back to the pods' own times
     assert sorted(preempt_victims(service)) == ["a", "c"]
+
+
+def test_a_new_workload_of_the_same_owner_keeps_its_time_when_the_old_one_goes() -> None:
+    """Kueue may create a Job's new Workload before it deletes the old one: the owner's admission time
+    is the new one's afterwards, and every change moves the version caches key on."""
+
+    def workload(name: str, at: float) -> dict[str, Any]:
+        condition = {"type": "QuotaReserved", "status": "True", "lastTransitionTime": stamp(at)}
+        meta = {"name": name, "namespace": "p1", "ownerReferences": [{"uid": "job-b"}]}
+        return {"metadata": meta, "status": {"conditions": [condition]}}
+
+    pod = replace(pod_from_obj(worker("b", T0)), owner_uid="job-b")
+    workloads = WorkloadAdmissions()
+    versions = [workloads.version]
+    workloads.upsert(workload("job-b-old", T0 + 10))
+    workloads.upsert(workload("job-b-new", T0 + 20))
+    versions.append(workloads.version)
+    workloads.delete(workload("job-b-old", T0 + 10))
+    versions.append(workloads.version)
+    assert workloads.admitted_at(pod) == pytest.approx(T0 + 20)
+    workloads.delete(workload("job-b-new", T0 + 20))
+    assert workloads.admitted_at(pod) is None
+    assert versions == sorted(set(versions)) and workloads.version > versions[-1]

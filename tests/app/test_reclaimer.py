@@ -131,7 +131,7 @@ def test_lender_gets_back_exactly_what_it_asks_most_recently_admitted_first() ->
 
 
 def test_dry_run_reports_the_same_choice_and_evicts_nothing() -> None:
-    r, evictor, _ = reclaimer(borrower_pods() + lender_pods(2), mode="dry-run")
+    r, evictor, metrics = reclaimer(borrower_pods() + lender_pods(2), mode="dry-run")
     run(r)
     assert evictor.evictions == []
     decisions = reclaim_decisions(r)
@@ -139,8 +139,10 @@ def test_dry_run_reports_the_same_choice_and_evicts_nothing() -> None:
         ("lender/l0", ["borrower/b7"], "dry-run"),
         ("lender/l1", ["borrower/b6"], "dry-run"),
     ]
-    run(r)  # the same decision again: not recorded twice
+    run(r)  # the same decision again: not recorded twice, and not counted twice
     assert len(reclaim_decisions(r)) == 2
+    dry_runs = {"queue": "borrower", "outcome": "dry-run"}
+    assert metrics.registry.get_sample_value("kube_gpu_extender_reclaim_evictions_total", dry_runs) == 2.0
 
 
 def test_off_does_nothing() -> None:
@@ -176,6 +178,8 @@ def test_a_refused_eviction_is_retried_later_never_forced() -> None:
     evictor.protected = set()  # the budget allows it now
     run(r)
     assert evictor.evictions == ["b7"]
+    run(r)  # what was kept per pod for the retries is forgotten once its time has passed
+    assert r.retry_at == {}
 
 
 def test_a_pod_group_is_evicted_whole_or_not_at_all() -> None:
