@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import re
-from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -201,17 +200,18 @@ _NODE_NAME_CHARS = re.compile(r"[A-Za-z0-9.\-]+")
 # comparing their bytes with a recent list a tenth of that. Returning the very same list object
 # also lets the node table recognise it at once. Callers must not modify the list.
 _NAME_LISTS_KEPT = 8
-_name_lists: OrderedDict[bytes, list[str]] = OrderedDict()
+_name_lists: list[tuple[bytes, list[str]]] = []  # most recent first; compared, not hashed (a hash reads it all)
 
 
 def _node_names(raw: msgspec.Raw) -> list[str] | None:
     """``NodeNames`` as a list of strings (the same object for the same bytes), or None when it is
     not a list of strings (the general path then says what is wrong)."""
     key = bytes(raw)
-    names = _name_lists.get(key)
-    if names is not None:
-        _name_lists.move_to_end(key)
-        return names
+    for index, (encoded, names) in enumerate(_name_lists):
+        if len(encoded) == len(key) and encoded == key:
+            if index:
+                _name_lists.insert(0, _name_lists.pop(index))
+            return names
     try:
         decoded: list[str] | None = _decoder_names.decode(key)
     except msgspec.DecodeError:
@@ -224,10 +224,7 @@ def _node_names(raw: msgspec.Raw) -> list[str] | None:
 def remember_node_names(encoded: bytes, names: list[str]) -> None:
     """Keep ``names`` for a later request whose ``NodeNames`` are exactly ``encoded`` (filter's answer
     is what prioritize will be sent)."""
-    _name_lists[encoded] = names
-    _name_lists.move_to_end(encoded)
-    while len(_name_lists) > _NAME_LISTS_KEPT:
-        _name_lists.popitem(last=False)
+    _name_lists[:] = [(encoded, names), *(entry for entry in _name_lists if entry[0] != encoded)][:_NAME_LISTS_KEPT]
 
 
 def _go_node_list(body: bytes) -> ExtenderArgs | None:

@@ -175,7 +175,7 @@ def test_prioritize_finds_the_names_filter_answered() -> None:
     assert passed == names
     go_body = b'{"Pod":' + msgspec.json.encode(pod) + b',"Nodes":null,"NodeNames":' + msgspec.json.encode(passed) + b"}"
     assert wire.decode_extender_args(go_body).node_names is wire.decode_extender_args(go_body).node_names
-    assert wire._name_lists.get(msgspec.json.encode(passed)) == passed
+    assert (msgspec.json.encode(passed), passed) in wire._name_lists
 
 
 def test_a_broken_node_split_off_unparsed_fails_as_invalid_allocatable_not_as_an_internal_error() -> None:
@@ -189,3 +189,13 @@ def test_a_broken_node_split_off_unparsed_fails_as_invalid_allocatable_not_as_an
     assert answer["Error"] == ""
     assert answer["FailedAndUnresolvableNodes"] == {"fresh": "node(s) with invalid allocatable"}
     assert [item["metadata"]["name"] for item in answer["Nodes"]["items"]] == ["g1"]
+
+
+def test_the_kept_name_lists_are_bounded_and_most_recent_first() -> None:
+    for i in range(12):
+        wire.remember_node_names(msgspec.json.encode([f"n{i}"]), [f"n{i}"])
+    assert len(wire._name_lists) == wire._NAME_LISTS_KEPT
+    assert [names for _, names in wire._name_lists[:2]] == [["n11"], ["n10"]]
+    body = b'{"Pod":{"metadata":{"name":"p"}},"Nodes":null,"NodeNames":["n5"]}'
+    assert wire.decode_extender_args(body).node_names == ["n5"]
+    assert wire._name_lists[0][1] == ["n5"]  # found again: now the most recent
