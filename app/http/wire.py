@@ -203,7 +203,7 @@ _NAME_LISTS_KEPT = 8
 _name_lists: list[tuple[bytes, list[str]]] = []  # most recent first; compared, not hashed (a hash reads it all)
 
 
-def _node_names(raw: msgspec.Raw) -> list[str] | None:
+def _node_names(raw: bytes | msgspec.Raw) -> list[str] | None:
     """``NodeNames`` as a list of strings (the same object for the same bytes), or None when it is
     not a list of strings (the general path then says what is wrong)."""
     key = bytes(raw)
@@ -262,11 +262,29 @@ def _go_node_list(body: bytes) -> ExtenderArgs | None:
     return ExtenderArgs(body[len(b'{"Pod":') : opening], nodes=nodes)
 
 
+# NodeNames mode as Go encodes ExtenderArgs: the Pod, "Nodes":null, then the names, last.
+_GO_NAMES_MARK = b',"Nodes":null,"NodeNames":['
+
+
+def _go_node_names(body: bytes) -> ExtenderArgs | None:
+    """A NodeNames-mode body in exactly Go's layout, split without scanning the names when they are a
+    list seen recently (``_node_names`` compares the bytes). No Pod field is named "Nodes" and quotes
+    inside strings are escaped, so the mark can only be where the Pod ends."""
+    mark = body.find(_GO_NAMES_MARK)
+    if mark < 0 or not body.startswith(b'{"Pod":{'):
+        return None
+    names = _node_names(body[mark + len(_GO_NAMES_MARK) - 1 : -1])
+    return None if names is None else ExtenderArgs(body[len(b'{"Pod":') : mark], node_names=names)
+
+
 def decode_extender_args(body: bytes) -> ExtenderArgs:
-    if body.endswith(_GO_NODES_CLOSE):
+    split = None
+    if body.endswith(b"]}"):
+        split = _go_node_names(body)
+    elif body.endswith(_GO_NODES_CLOSE):
         split = _go_node_list(body)
-        if split is not None:
-            return split
+    if split is not None:
+        return split
     try:
         fast = _decoder_go_args.decode(body) if body else None
     except (msgspec.ValidationError, msgspec.DecodeError):

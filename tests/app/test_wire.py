@@ -199,3 +199,22 @@ def test_the_kept_name_lists_are_bounded_and_most_recent_first() -> None:
     body = b'{"Pod":{"metadata":{"name":"p"}},"Nodes":null,"NodeNames":["n5"]}'
     assert wire.decode_extender_args(body).node_names == ["n5"]
     assert wire._name_lists[0][1] == ["n5"]  # found again: now the most recent
+
+
+@given(st.lists(_node_names, max_size=8), st.dictionaries(st.text(max_size=5), _texts, max_size=2))
+def test_go_node_name_bodies_split_without_scanning_match_the_full_decode(names: list[str], labels: Any) -> None:
+    """A NodeNames body in Go's layout is split where the Pod ends, even when the Pod's strings hold
+    the very mark; the result is what the full decode gives (a trailing space forces that path)."""
+    pod = {"metadata": {"name": "p", "labels": {**labels, "m": ',"Nodes":null,"NodeNames":['}}, "spec": {}}
+    body = msgspec.json.encode({"Pod": pod, "Nodes": None, "NodeNames": names})
+    fast = wire._go_node_names(body)
+    slow = wire.decode_extender_args(body + b" ")
+    assert fast is not None and fast.node_names == slow.node_names == names
+    assert json.loads(fast.pod_raw) == json.loads(slow.pod_raw) == pod
+
+
+def test_node_names_that_are_not_strings_take_the_decoding_path_and_its_error() -> None:
+    body = b'{"Pod":{"metadata":{"name":"p"}},"Nodes":null,"NodeNames":[1,2]}'
+    assert wire._go_node_names(body) is None
+    with pytest.raises(wire.WireError, match="NodeNames"):
+        wire.decode_extender_args(body)
