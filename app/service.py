@@ -120,6 +120,11 @@ class ExtenderService:
         fairness = self.fairness
         return fairness.usage if fairness is not None else None
 
+    def binding_waits(self) -> list[dict[str, Any]]:
+        """/bind calls waiting for their devices' binding conditions (for /debug)."""
+        claims = self.pipeline.get(DraClaims)
+        return claims.binding_waits() if claims is not None else []
+
     @property
     def claim_writer(self) -> ClaimWriter | None:
         claims = self.pipeline.get(DraClaims)

@@ -49,6 +49,7 @@ def debug_view(
             for a in cache.ledger.values()
         ],
         "draInFlight": cache.dra.inflight_view(),
+        "draBindingConditionsPending": service.binding_waits(),
         "boundWithoutExtender": service.bindless.view(),
         "config": service.config.model_dump(mode="json"),
         "decisions": list(service.decisions)[-decisions:] if decisions > 0 else [],

@@ -8,11 +8,13 @@ Binding fails for certain.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from allocator import AllocationError
+from allocator.binding import binding_state
 from app.cluster.writes import ClaimWriteError
 from app.pipeline.binding_conditions import needs_wait, wait_for_binding_conditions
 from app.pipeline.dynamicresources import ClaimWriter, DynamicResources, Reservation
@@ -29,6 +31,8 @@ class DraClaims(Participant):
         self.dra = dra
         self.writer = writer
         self.binding_timeout = binding_timeout  # dra.bindingTimeoutSeconds
+        # pod UID -> what /debug shows of a /bind waiting for binding conditions
+        self.waiting: dict[str, dict[str, Any]] = {}
 
     def applies(self, pod: PodInfo) -> bool:
         return bool(pod.claims or pod.claims_pending)
@@ -81,7 +85,17 @@ class DraClaims(Participant):
         claims = [state.claims[key] for key in keys if key in state.claims]
         if not needs_wait(claims):
             return None
-        reason = await wait_for_binding_conditions(state, keys, self.binding_timeout)
+        self.waiting[cycle.pod.uid] = {
+            "pod": cycle.key,
+            "node": cycle.node,
+            "claims": keys,
+            "since": time.time(),
+            "timeoutSeconds": self.binding_timeout,
+        }
+        try:
+            reason = await wait_for_binding_conditions(state, keys, self.binding_timeout)
+        finally:
+            self.waiting.pop(cycle.pod.uid, None)
         if not reason:
             return None
         return Refusal("binding-conditions", f"pod {cycle.key} cannot bind to node {cycle.node}: {reason}")
@@ -94,6 +108,18 @@ class DraClaims(Participant):
             await self.dra.unreserve(cycle.pod, self.dra.written(held.reservation), self.writer)
         else:
             self.dra.state.end(cycle.pod.uid)  # reserved, never written: the devices leave flight
+
+    def binding_waits(self) -> list[dict[str, Any]]:
+        """The binds waiting for their devices' binding conditions, and on which conditions of which
+        device, as the cache has the claims now."""
+        now, out = time.time(), []
+        for wait in self.waiting.values():
+            claims = [self.dra.state.claims.get(key) for key in wait["claims"]]
+            pending = [p for claim in claims if claim is not None for p in binding_state(claim).pending]
+            since = wait["since"]
+            out.append({**{k: v for k, v in wait.items() if k != "since"}, "waitingSeconds": round(now - since, 3)})
+            out[-1]["pending"] = pending  # "<claim>: <driver>/<pool>/<device> <condition>"
+        return out
 
     def explain(self, pod: PodInfo, names: Sequence[str]) -> Mapping[str, Any]:
         claims = self.dra.prefilter(pod)

@@ -171,3 +171,42 @@ def test_a_tainted_device_in_the_slice_is_skipped_but_already_allocated_claims_k
     claim = service.cache.dra.claims[CLAIM]
     assert claim.allocation is not None and claim.allocation.results[0].device == "gpu-1"
     assert wire_answer(service, filter_body(pod(), ["d1"]))["NodeNames"] == ["d1"]  # allocated: only its selector
+
+
+def test_debug_shows_a_bind_waiting_for_its_binding_conditions() -> None:
+    """While /bind waits, /debug names the pod, its node, the claim and the condition still pending;
+    once the condition is True and the pod bound, the entry is gone."""
+    from app.operator.debug import debug_view
+
+    service = service_with([attachable("att-0")])
+    seen: list[Any] = []
+
+    async def scenario() -> dict[str, Any]:
+        p = pod()
+        service.cache.upsert_pod(pod_from_obj(p))
+        task = asyncio.create_task(service.bind(bind_body(p, "d1")))
+        state = service.cache.dra
+        while state.claims[CLAIM].allocation is None:
+            await state.claim_changes.changed_after(state.claim_changes.version, 5.0)
+        for _ in range(100):  # the bind task registers its wait before it first awaits the watch
+            if service.binding_waits():
+                break
+            await asyncio.sleep(0)
+        seen.extend(debug_view(service, include_nodes=False)["draBindingConditionsPending"])
+        written = state.claims[CLAIM]
+        assert written.allocation is not None
+        r = written.allocation.results[0]
+        device = AllocatedDeviceStatus(
+            r.driver, r.pool, r.device, conditions=(DeviceCondition("attached", "True", "D"),)
+        )
+        version = str(int(written.resource_version) + 1)
+        assert state.upsert_claim(replace(written, resource_version=version, device_statuses=(device,)))
+        result: dict[str, Any] = await task
+        return result
+
+    assert asyncio.run(scenario())["Error"] == ""
+    (wait,) = seen
+    assert wait["pod"] == "default/p" and wait["node"] == "d1" and wait["claims"] == [CLAIM]
+    assert wait["pending"] == [f"{CLAIM}: {DRIVER}/d1/att-0 attached"]
+    assert wait["timeoutSeconds"] == 5.0 and wait["waitingSeconds"] >= 0
+    assert debug_view(service, include_nodes=False)["draBindingConditionsPending"] == []
