@@ -399,42 +399,40 @@ def host_priority_list(names: Sequence[str], scores: Sequence[int]) -> list[dict
     return [{"Host": name, "Score": score} for name, score in zip(names, scores, strict=True)]
 
 
-# What closes a prebuilt '{"Host":...,"Score":' for each score 0..10: then a comma, or for the last
-# entry the end of the list.
+# What closes a prebuilt '{"Host":...,"Score":' for each score 0..10, and the comma before the next.
 _SCORE_TAIL = [f"{score}}},".encode() for score in range(11)]
-_LAST_SCORE_TAIL = [f"{score}}}]".encode() for score in range(11)]
+
+
+def _joined(heads: Sequence[bytes], tails: Iterable[bytes], opening: bytes, closing: bytes) -> bytes:
+    """``opening``, then each head followed by its tail, then ``closing``, joined once: no bytes object
+    built per entry. Every tail ends with a comma; the last one's becomes ``closing``."""
+    parts: list[bytes] = [b""] * (2 * len(heads))
+    parts[0::2] = heads
+    parts[1::2] = tails
+    parts[0] = opening + heads[0]
+    parts[-1] = parts[-1][:-1] + closing
+    return b"".join(parts)
 
 
 def host_priority_raw(hosts: Sequence[bytes], scores: Sequence[int]) -> msgspec.Raw:
     """``HostPriorityList`` from per-node prebuilt ``{"Host":"<name>","Score":`` prefixes: no dict per
-    node, no re-encoding of names (scores are 0..10), and no bytes object built per node: prefixes
-    and score tails are interleaved in one list and joined once."""
+    node, no re-encoding of names (scores are 0..10)."""
     if len(hosts) != len(scores):
         raise ValueError(f"{len(hosts)} hosts but {len(scores)} scores")
     if not hosts:
         return msgspec.Raw(b"[]")
-    parts: list[bytes] = [b""] * (2 * len(hosts))
-    parts[0::2] = hosts
-    parts[1::2] = map(_SCORE_TAIL.__getitem__, scores)
-    parts[0] = b"[" + hosts[0]
-    parts[-1] = _LAST_SCORE_TAIL[scores[-1]]
-    return msgspec.Raw(b"".join(parts))
+    return msgspec.Raw(_joined(hosts, map(_SCORE_TAIL.__getitem__, scores), b"[", b"]"))
 
 
 def node_reasons_raw(keys: Iterable[bytes], reasons: Sequence[str], reason_index: Iterable[int]) -> msgspec.Raw:
     """A map of node name to reason (``FailedNodes``) from per-node prebuilt ``"<name>":`` keys and
     the index of each node's reason in ``reasons``: names are not encoded again, and reasons (a few
     distinct strings) once each."""
-    tails = [_encoder.encode(reason) + b"," for reason in reasons]
-    parts = list(keys)
-    if not parts:
+    heads = list(keys)
+    if not heads:
         return msgspec.Raw(b"{}")
-    parts += parts  # the right length; every other entry is overwritten by a reason below
-    parts[0::2] = parts[: len(parts) // 2]
-    parts[1::2] = map(tails.__getitem__, reason_index)
-    parts[0] = b"{" + parts[0]
-    parts[-1] = parts[-1][:-1] + b"}"
-    return msgspec.Raw(b"".join(parts))
+    tails = [_encoder.encode(reason) + b"," for reason in reasons]
+    return msgspec.Raw(_joined(heads, map(tails.__getitem__, reason_index), b"{", b"}"))
 
 
 def meta_victims(uids: Sequence[str], pdb_violations: int) -> dict[str, Any]:
