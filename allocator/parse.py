@@ -276,6 +276,7 @@ def parse_device_class(obj: Mapping[str, Any]) -> DeviceClass:
         extended_resource_name=o.opt_text(spec, "extendedResourceName", "spec"),
         uid=o.text(meta, "uid", "metadata"),
         resource_version=o.text(meta, "resourceVersion", "metadata"),
+        creation_timestamp=o.text(meta, "creationTimestamp", "metadata"),
     )
 
 

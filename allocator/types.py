@@ -119,6 +119,7 @@ class DeviceClass:
     extended_resource_name: str | None = None
     uid: str = ""
     resource_version: str = ""
+    creation_timestamp: str = ""  # RFC 3339 as the API server writes it (compares in time order)
 
 
 @dataclass(frozen=True, slots=True)
