@@ -12,7 +12,7 @@ from app.cluster.binding import FINALIZER, ApiClaimWriter
 from app.cluster.writes import ClaimWriteError
 from tests.app.apiharness import Harness, add_dra_node, eventually
 from tests.app.apiharness import run as run_harness
-from tests.conftest import bind_body, claim_obj, filter_answer, filter_body, pod_obj, with_claims
+from tests.conftest import bind_body, claim_obj, filter_answer, filter_body, pod_obj, slice_obj, with_claims
 from tests.fakeapi import FakeAPIServer
 
 CLAIMS = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims"
@@ -165,3 +165,26 @@ def test_release_recognises_our_allocation_when_the_server_added_fields(fake: Fa
         assert "allocation" not in claim["status"] and FINALIZER not in claim["metadata"].get("finalizers", [])
 
     run(fake, body)
+
+
+def test_objects_beyond_the_136_limits_are_skipped(fake: FakeAPIServer, caplog: pytest.LogCaptureFixture) -> None:
+    """A slice with 129 devices (ResourceSliceMaxDevices) in the initial list and one with three
+    counter consumptions on a device, watched later, are skipped with an error naming the object and
+    the field; the usable slice keeps serving the filter."""
+    setup_cluster(fake, "x")
+    fake.add(slice_obj("too-many", [{"name": f"d{i}"} for i in range(129)], node="d1", pool="other"))
+    px = fake.add(with_claims(pod_obj("px"), "x"))
+
+    async def body(h: Harness) -> None:
+        assert "too-many" not in h.cache.dra.slices and "d1-gpus" in h.cache.dra.slices
+        consumes = [{"counterSet": f"s{i}", "counters": {"c": {"value": "1"}}} for i in range(3)]
+        fake.add(slice_obj("late", [{"name": "d", "consumesCounters": consumes}], node="d1", pool="late"))
+        fake.add(slice_obj("fine", [{"name": "d"}], node="d1", pool="fine"))
+        await eventually(lambda: "fine" in h.cache.dra.slices, "the slice after the refused one watched")
+        assert "late" not in h.cache.dra.slices
+        assert filter_answer(h.service, filter_body(px, ["d1"]))["NodeNames"] == ["d1"]
+
+    run(fake, body)
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert any("ResourceSlice too-many: spec.devices: must have at most 128" in e for e in errors), errors
+    assert any("ResourceSlice late: spec.devices[0].consumesCounters: must have at most 2" in e for e in errors), errors
