@@ -12,6 +12,7 @@ HTTP, no Kubernetes client, like kube-scheduler's structured allocator.
 * ``capacity`` - consumable capacity (shares, request policies); ``counters`` - shared counters
   of partitionable devices; ``constraints`` - matchAttribute / distinctAttribute; ``taints`` - device
   taints and DeviceTaintRules; ``binding`` - whether binding conditions let a claim's pod bind;
+* ``extended`` - a DeviceClass's extendedResourceName counted on a node, for scoring;
 * ``nodeselector`` / ``result`` - core/v1 NodeSelector matching, allocation JSON.
 """
 
@@ -27,6 +28,7 @@ from allocator.capacity import NO_SHARES, SharedDevices
 from allocator.cel import SelectorCache, SelectorError
 from allocator.counters import PoolCounters
 from allocator.errors import AllocatorError
+from allocator.extended import class_devices, device_use, extended_resource_classes
 from allocator.nodeselector import node_selector_matches, node_selector_to_obj
 from allocator.parse import (
     ParseError,
@@ -93,6 +95,9 @@ __all__ = [
     "allocated_device_ids",
     "allocated_shares",
     "allocation_to_obj",
+    "class_devices",
+    "device_use",
+    "extended_resource_classes",
     "node_selector_matches",
     "node_selector_to_obj",
     "parse_allocation",

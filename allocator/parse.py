@@ -22,6 +22,8 @@ from typing import Any
 from allocator.errors import AllocatorError
 from allocator.types import (
     ALLOCATION_MODE_EXACT_COUNT,
+    ALLOCATION_RESULTS_MAX_SIZE,
+    DEVICE_REQUESTS_MAX_SIZE,
     AllocatedDeviceStatus,
     AllocationResult,
     DeviceAllocationConfiguration,
@@ -77,16 +79,26 @@ class _Obj:
             raise self.fail(path, f"must be an object, not {type(value).__name__}")
         return value
 
-    def seq(self, value: Any, path: str) -> list[Any]:
+    def seq(self, value: Any, path: str, limit: tuple[int, str] | None = None) -> list[Any]:
+        """A list; ``limit`` = (most entries, the upstream constant) refuses a longer one."""
         if value is None:
             return []
         if not isinstance(value, list):
             raise self.fail(path, f"must be a list, not {type(value).__name__}")
+        if limit is not None:
+            self.at_most(len(value), limit, path)
         return value
 
-    def objects(self, value: Any, path: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    def at_most(self, size: int, limit: tuple[int, str], path: str) -> None:
+        most, name = limit
+        if size > most:
+            raise self.fail(path, f"must have at most {most} entries ({name}), has {size}")
+
+    def objects(
+        self, value: Any, path: str, limit: tuple[int, str] | None = None
+    ) -> Iterator[tuple[str, Mapping[str, Any]]]:
         """A list of objects (``spec.devices.config``...): each one's path (``[i]`` appended) and the object."""
-        for i, item in enumerate(self.seq(value, path)):
+        for i, item in enumerate(self.seq(value, path, limit)):
             item_path = f"{path}[{i}]"
             yield item_path, self.obj(item, item_path)
 
@@ -278,6 +290,7 @@ def parse_device_class(obj: Mapping[str, Any]) -> DeviceClass:
         extended_resource_name=o.opt_text(spec, "extendedResourceName", "spec"),
         uid=o.text(meta, "uid", "metadata"),
         resource_version=o.text(meta, "resourceVersion", "metadata"),
+        creation_timestamp=o.text(meta, "creationTimestamp", "metadata"),
     )
 
 
@@ -328,7 +341,8 @@ def _allocation(o: _Obj, obj: Any, prefix: str) -> AllocationResult:
     alloc = o.obj(obj, prefix or "allocation")
     devices = o.obj(alloc.get("devices"), _join(prefix, "devices"))
     results = []
-    for p, r in o.objects(devices.get("results"), _join(prefix, "devices.results")):
+    results_limit = (ALLOCATION_RESULTS_MAX_SIZE, "AllocationResultsMaxSize")
+    for p, r in o.objects(devices.get("results"), _join(prefix, "devices.results"), results_limit):
         consumed = r.get("consumedCapacity")
         results.append(
             DeviceRequestAllocationResult(
@@ -374,7 +388,9 @@ def parse_resource_claim(obj: Mapping[str, Any]) -> ResourceClaim:
     devices = o.obj(o.obj(obj.get("spec"), "spec").get("devices"), "spec.devices")
     requests = tuple(
         _request(o, item, f"spec.devices.requests[{i}]")
-        for i, item in enumerate(o.seq(devices.get("requests"), "spec.devices.requests"))
+        for i, item in enumerate(
+            o.seq(devices.get("requests"), "spec.devices.requests", (DEVICE_REQUESTS_MAX_SIZE, "DeviceRequestsMaxSize"))
+        )
     )
     constraints = []
     for cp, c in o.objects(devices.get("constraints"), "spec.devices.constraints"):

@@ -12,6 +12,13 @@ from allocator.parse import _metadata, _node_selector, _Obj, _priority
 from allocator.types import (
     POOL_PRIORITY_ANNOTATION,
     PRIORITY_ANNOTATION,
+    RESOURCE_SLICE_MAX_ATTRIBUTES_AND_CAPACITIES_PER_DEVICE,
+    RESOURCE_SLICE_MAX_COUNTER_SETS,
+    RESOURCE_SLICE_MAX_COUNTERS_PER_COUNTER_SET,
+    RESOURCE_SLICE_MAX_COUNTERS_PER_DEVICE_COUNTER_CONSUMPTION,
+    RESOURCE_SLICE_MAX_DEVICE_COUNTER_CONSUMPTIONS_PER_DEVICE,
+    RESOURCE_SLICE_MAX_DEVICES,
+    RESOURCE_SLICE_MAX_DEVICES_WITH_TAINTS_OR_CONSUMES_COUNTERS,
     Attribute,
     CapacityRequestPolicy,
     CapacityRequestPolicyRange,
@@ -28,6 +35,26 @@ __all__ = ["parse_resource_slice"]
 
 
 _ATTRIBUTE_KINDS = ("int", "bool", "string", "version", "ints", "bools", "strings", "versions")
+# Kubernetes 1.36's limits (allocator.types), with the name of the upstream constant for messages.
+_DEVICES = (RESOURCE_SLICE_MAX_DEVICES, "ResourceSliceMaxDevices")
+_DEVICES_WITH_TAINTS_OR_COUNTERS = (
+    RESOURCE_SLICE_MAX_DEVICES_WITH_TAINTS_OR_CONSUMES_COUNTERS,
+    "ResourceSliceMaxDevicesWithTaintsOrConsumesCounters: a device has taints or consumesCounters",
+)
+_COUNTER_SETS = (RESOURCE_SLICE_MAX_COUNTER_SETS, "ResourceSliceMaxCounterSets")
+_COUNTERS_PER_SET = (RESOURCE_SLICE_MAX_COUNTERS_PER_COUNTER_SET, "ResourceSliceMaxCountersPerCounterSet")
+_CONSUMPTIONS = (
+    RESOURCE_SLICE_MAX_DEVICE_COUNTER_CONSUMPTIONS_PER_DEVICE,
+    "ResourceSliceMaxDeviceCounterConsumptionsPerDevice",
+)
+_COUNTERS_PER_CONSUMPTION = (
+    RESOURCE_SLICE_MAX_COUNTERS_PER_DEVICE_COUNTER_CONSUMPTION,
+    "ResourceSliceMaxCountersPerDeviceCounterConsumption",
+)
+_ATTRIBUTES_AND_CAPACITIES = (
+    RESOURCE_SLICE_MAX_ATTRIBUTES_AND_CAPACITIES_PER_DEVICE,
+    "ResourceSliceMaxAttributesAndCapacitiesPerDevice: attributes and capacity together",
+)
 
 
 def _attribute(o: _Obj, value: Any, path: str) -> Attribute:
@@ -60,10 +87,12 @@ def _attribute(o: _Obj, value: Any, path: str) -> Attribute:
     return Attribute(kind, o.strings(items, f"{path}.{kind}"))
 
 
-def _counters(o: _Obj, value: Any, path: str) -> dict[str, Fraction]:
+def _counters(o: _Obj, value: Any, path: str, limit: tuple[int, str]) -> dict[str, Fraction]:
     """A counter map (``sharedCounters[].counters``, ``consumesCounters[].counters``): amounts are never negative."""
     out = {}
-    for name, counter in o.obj(value, path).items():
+    counters = o.obj(value, path)
+    o.at_most(len(counters), limit, path)
+    for name, counter in counters.items():
         cp = f"{path}[{name!r}]"
         out[name] = o.scaled(o.obj(counter, cp).get("value"), f"{cp}.value", non_negative=True).value
     return out
@@ -140,11 +169,13 @@ def _device(o: _Obj, item: Any, path: str) -> Device:
         capacity[name] = DeviceCapacity(
             total.value, total.text, _request_policy(o, cap.get("requestPolicy"), f"{cp}.requestPolicy")
         )
+    o.at_most(len(attributes) + len(capacity), _ATTRIBUTES_AND_CAPACITIES, path)
     consumes = []
-    for cp, c in o.objects(d.get("consumesCounters"), f"{path}.consumesCounters"):
+    for cp, c in o.objects(d.get("consumesCounters"), f"{path}.consumesCounters", _CONSUMPTIONS):
         consumes.append(
             DeviceCounterConsumption(
-                o.text(c, "counterSet", cp, required=True), _counters(o, c.get("counters"), f"{cp}.counters")
+                o.text(c, "counterSet", cp, required=True),
+                _counters(o, c.get("counters"), f"{cp}.counters", _COUNTERS_PER_CONSUMPTION),
             )
         )
     taints = []
@@ -197,10 +228,13 @@ def parse_resource_slice(obj: Mapping[str, Any]) -> ResourceSlice:
         priority=_priority(o, pool.get("priority"), "spec.pool.priority", annotations, POOL_PRIORITY_ANNOTATION),
     )
     shared = []
-    for cp, c in o.objects(spec.get("sharedCounters"), "spec.sharedCounters"):
-        shared.append(
-            CounterSet(o.text(c, "name", cp, required=True), _counters(o, c.get("counters"), f"{cp}.counters"))
-        )
+    for cp, c in o.objects(spec.get("sharedCounters"), "spec.sharedCounters", _COUNTER_SETS):
+        counters = _counters(o, c.get("counters"), f"{cp}.counters", _COUNTERS_PER_SET)
+        shared.append(CounterSet(o.text(c, "name", cp, required=True), counters))
+    items = o.seq(spec.get("devices"), "spec.devices", _DEVICES)
+    devices = tuple(_device(o, item, f"spec.devices[{i}]") for i, item in enumerate(items))
+    if any(d.taints or d.consumes_counters for d in devices):
+        o.at_most(len(devices), _DEVICES_WITH_TAINTS_OR_COUNTERS, "spec.devices")
     return ResourceSlice(
         name=meta["name"],
         driver=driver,
@@ -210,9 +244,7 @@ def parse_resource_slice(obj: Mapping[str, Any]) -> ResourceSlice:
         node_selector=_node_selector(o, spec.get("nodeSelector"), "spec.nodeSelector"),
         all_nodes=bool(o.flag(spec, "allNodes", "spec")),
         per_device_node_selection=bool(o.flag(spec, "perDeviceNodeSelection", "spec")),
-        devices=tuple(
-            _device(o, item, f"spec.devices[{i}]") for i, item in enumerate(o.seq(spec.get("devices"), "spec.devices"))
-        ),
+        devices=devices,
         shared_counters=tuple(shared),
         uid=o.text(meta, "uid", "metadata"),
         resource_version=o.text(meta, "resourceVersion", "metadata"),

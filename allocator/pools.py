@@ -348,6 +348,9 @@ class SliceIndex:
     _wide: dict[str, ResourceSlice] = field(default_factory=dict)
     _memo: dict[str, _Memo] = field(default_factory=dict)
     _memo_by_pool: dict[PoolKey, set[str]] = field(default_factory=dict)
+    # Nodes whose pools may have changed since the owner last looked (``changed_nodes``).
+    _changed: set[str] = field(default_factory=set)
+    _changed_all: bool = False
 
     # ------------------------------------------------------------------ reads
     def __len__(self) -> int:
@@ -420,6 +423,12 @@ class SliceIndex:
         for s in slices:
             self.upsert(s)
 
+    def changed_nodes(self) -> set[str] | None:
+        """The nodes whose pools may have changed since the last call; None means every node."""
+        changed = None if self._changed_all else self._changed
+        self._changed, self._changed_all = set(), False
+        return changed
+
     def forget_node(self, name: str) -> None:
         """Drop a node's memo (the node left the cluster)."""
         self._forget(name)
@@ -466,6 +475,7 @@ class SliceIndex:
             self._forget(s.node_name)
 
     def _forget(self, node: str) -> None:
+        self._changed.add(node)
         memo = self._memo.pop(node, None)
         if memo is None:
             return
@@ -477,5 +487,6 @@ class SliceIndex:
                     del self._memo_by_pool[key]
 
     def _forget_all(self) -> None:
+        self._changed_all = True
         self._memo.clear()
         self._memo_by_pool.clear()

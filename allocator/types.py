@@ -21,8 +21,16 @@ __all__ = [
     "ALLOCATION_RESULTS_MAX_SIZE",
     "CONFIG_SOURCE_CLAIM",
     "CONFIG_SOURCE_CLASS",
+    "DEVICE_REQUESTS_MAX_SIZE",
     "POOL_PRIORITY_ANNOTATION",
     "PRIORITY_ANNOTATION",
+    "RESOURCE_SLICE_MAX_ATTRIBUTES_AND_CAPACITIES_PER_DEVICE",
+    "RESOURCE_SLICE_MAX_COUNTERS_PER_COUNTER_SET",
+    "RESOURCE_SLICE_MAX_COUNTERS_PER_DEVICE_COUNTER_CONSUMPTION",
+    "RESOURCE_SLICE_MAX_COUNTER_SETS",
+    "RESOURCE_SLICE_MAX_DEVICES",
+    "RESOURCE_SLICE_MAX_DEVICES_WITH_TAINTS_OR_CONSUMES_COUNTERS",
+    "RESOURCE_SLICE_MAX_DEVICE_COUNTER_CONSUMPTIONS_PER_DEVICE",
     "AllocatedDeviceStatus",
     "AllocationResult",
     "Attribute",
@@ -58,7 +66,18 @@ __all__ = [
     "ScaledQuantity",
 ]
 
-ALLOCATION_RESULTS_MAX_SIZE = 32  # resourceapi.AllocationResultsMaxSize: results per claim
+# resource.k8s.io/v1 limits of Kubernetes 1.36 (staging/src/k8s.io/api/resource/v1/types.go); the
+# parsers refuse an object beyond them, as the API server would have.
+ALLOCATION_RESULTS_MAX_SIZE = 32  # AllocationResultsMaxSize: status.allocation.devices.results per claim
+DEVICE_REQUESTS_MAX_SIZE = ALLOCATION_RESULTS_MAX_SIZE  # DeviceRequestsMaxSize: spec.devices.requests
+RESOURCE_SLICE_MAX_DEVICES = 128  # ResourceSliceMaxDevices
+# ResourceSliceMaxDevicesWithTaintsOrConsumesCounters: when any device has taints or consumesCounters.
+RESOURCE_SLICE_MAX_DEVICES_WITH_TAINTS_OR_CONSUMES_COUNTERS = 64
+RESOURCE_SLICE_MAX_COUNTER_SETS = 8  # ResourceSliceMaxCounterSets: spec.sharedCounters
+RESOURCE_SLICE_MAX_COUNTERS_PER_COUNTER_SET = 32  # ResourceSliceMaxCountersPerCounterSet
+RESOURCE_SLICE_MAX_DEVICE_COUNTER_CONSUMPTIONS_PER_DEVICE = 2  # ...MaxDeviceCounterConsumptionsPerDevice
+RESOURCE_SLICE_MAX_COUNTERS_PER_DEVICE_COUNTER_CONSUMPTION = 32  # ...MaxCountersPerDeviceCounterConsumption
+RESOURCE_SLICE_MAX_ATTRIBUTES_AND_CAPACITIES_PER_DEVICE = 32  # ResourceSliceMaxAttributesAndCapacitiesPerDevice
 ALLOCATION_MODE_EXACT_COUNT = "ExactCount"
 ALLOCATION_MODE_ALL = "All"
 CONFIG_SOURCE_CLASS = "FromClass"
@@ -121,6 +140,7 @@ class DeviceClass:
     extended_resource_name: str | None = None
     uid: str = ""
     resource_version: str = ""
+    creation_timestamp: str = ""  # RFC 3339 as the API server writes it (compares in time order)
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,11 @@
    the baseline, so the DRA share is visible.
 2. ``decision``: one ``Allocator.allocate`` on one node with 64 devices for 2 claims (two GPUs of
    one model via ``matchAttribute``, and one large GPU), half the devices taken. Target <= 1 ms.
+3. ``two_claims``: /filter for a pod with 2 claims over 1,000 nodes x 8 GPUs, three ways: whole
+   GPUs (a quarter held), shared GPUs (consumable capacity: each claim asks 20Gi of an 80Gi GPU that
+   allows multiple allocations; a quarter already hold a 40Gi share) and partitions (per node two
+   GPUs as a whole device and three partitions over one counter set each; one partition held).
+   Target: the shared p99 within 2x the whole-GPU p99.
 
 Both use a fresh ``Allocator`` per call, as every filter request does; selector results are
 memoised per device, so the first call (``cold``) pays the CEL evaluations and later ones do not.
@@ -46,6 +51,7 @@ from app.service import ExtenderService
 DRIVER = "gpu.example.com"
 FILTER_TARGET_P99_MS = 20.0
 DECISION_TARGET_MS = 1.0
+SHARED_TARGET_RATIO = 2.0  # shared GPUs' p99 / whole GPUs' p99 for the 2-claim pod
 MODELS = (("L4", "24Gi"), ("L40S", "48Gi"), ("A100", "80Gi"), ("H100", "80Gi"))
 
 Obj = dict[str, Any]
@@ -129,12 +135,13 @@ def _service(node_objs: list[Obj], dra: list[Obj]) -> ExtenderService:
     )
 
 
-def _pod(name: str, claim: str | None) -> Obj:
+def _pod(name: str, claim: str | None, *more: str) -> Obj:
     container: Obj = {"name": "main", "image": "vllm", "resources": {"requests": {"cpu": "4", "memory": "32Gi"}}}
     spec: Obj = {"containers": [container]}
-    if claim is not None:
-        spec["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim}]
-        container["resources"]["claims"] = [{"name": "gpu"}]
+    claims = [] if claim is None else [claim, *more]
+    if claims:
+        spec["resourceClaims"] = [{"name": f"gpu{i}", "resourceClaimName": c} for i, c in enumerate(claims)]
+        container["resources"]["claims"] = [{"name": f"gpu{i}"} for i in range(len(claims))]
     uid = str(uuid.UUID(int=random.getrandbits(128)))
     return {"metadata": {"name": name, "namespace": "bench", "uid": uid}, "spec": spec, "status": {"phase": "Pending"}}
 
@@ -218,6 +225,93 @@ def bench_decision(decisions: int, rng: random.Random) -> dict[str, Any]:
     }
 
 
+def _node(name: str) -> Obj:
+    return {"kind": "Node", "metadata": {"name": name}, "status": {"allocatable": {"cpu": "96", "memory": "1Ti"}}}
+
+
+def _one_slice(name: str, node: str, spec: Obj, count: int = 1) -> Obj:
+    pool = {"name": node, "generation": 1, "resourceSliceCount": count}
+    return {
+        "kind": "ResourceSlice",
+        "metadata": {"name": name},
+        "spec": {"driver": DRIVER, "nodeName": node, "pool": pool, **spec},
+    }
+
+
+def _held(name: str, node: str, device: str, share: str | None = None) -> Obj:
+    result: Obj = {"request": "gpu", "driver": DRIVER, "pool": node, "device": device}
+    if share is not None:
+        result |= {"shareID": share, "consumedCapacity": {"memory": "40Gi"}}
+    return _claim(name, [_request("gpu", _memory_at_least("1Gi"))], allocated=result)
+
+
+def two_claims_cluster(mode: str, nodes: int, rng: random.Random) -> tuple[list[Obj], list[Obj], list[Obj]]:
+    """Nodes, DRA objects and the pod's two pending claims for ``mode`` (whole, shared, partition)."""
+    node_objs, dra = [], [DEVICE_CLASS]
+    policy = {"default": "1Gi", "validRange": {"min": "1Gi", "max": "80Gi", "step": "1Gi"}}
+    for n in range(nodes):
+        name = f"gpu-{n:04d}"
+        node_objs.append(_node(name))
+        if mode == "partition":
+            sets = [{"name": f"gpu-{g}", "counters": {"memory": {"value": "80Gi"}}} for g in range(2)]
+            devices = []
+            for g in range(2):
+                for part, memory in (("", "80Gi"), ("-a", "40Gi"), ("-b", "20Gi"), ("-c", "20Gi")):
+                    consumes = [{"counterSet": f"gpu-{g}", "counters": {"memory": {"value": memory}}}]
+                    devices.append({**_device(f"gpu-{g}{part}", "H100", memory), "consumesCounters": consumes})
+            dra.append(_one_slice(f"{name}-counters", name, {"sharedCounters": sets}, 2))
+            dra.append(_one_slice(f"{name}-gpus", name, {"devices": devices}, 2))
+            dra.append(_held(f"{name}-held", name, f"gpu-{rng.randrange(2)}-b"))
+            continue
+        devices = [_device(f"gpu-{i}", "H100", "80Gi") for i in range(8)]
+        if mode == "shared":
+            for device in devices:
+                device["allowMultipleAllocations"] = True
+                device["capacity"]["memory"]["requestPolicy"] = policy
+        dra.append(_one_slice(f"{name}-gpus", name, {"devices": devices}))
+        for i in rng.sample(range(8), 2):
+            dra.append(_held(f"{name}-held-{i}", name, f"gpu-{i}", str(uuid.uuid4()) if mode == "shared" else None))
+    if mode == "whole":
+        requests = [_request("gpu", _memory_at_least("40Gi"))]
+    elif mode == "shared":
+        requests = [
+            {"name": "gpu", "exactly": {"deviceClassName": DRIVER, "capacity": {"requests": {"memory": "20Gi"}}}}
+        ]
+    else:
+        requests = [
+            _request(
+                "gpu",
+                _memory_at_least("20Gi")
+                + ' && device.capacity["gpu.example.com"].memory.compareTo(quantity("40Gi")) < 0',
+            )
+        ]
+    claims = [_claim(f"pod-claim-{i}", requests) for i in range(2)]
+    return node_objs, dra, claims
+
+
+def bench_two_claims(nodes: int, requests: int, rng: random.Random) -> dict[str, Any]:
+    out: dict[str, Any] = {"nodes": nodes}
+    for mode in ("whole", "shared", "partition"):
+        node_objs, dra, claims = two_claims_cluster(mode, nodes, rng)
+        service = _service(node_objs, [*dra, *claims])
+        names = [n["metadata"]["name"] for n in node_objs]
+        pod = _pod(f"{mode}-0", *(c["metadata"]["name"] for c in claims))
+        body = msgspec.json.encode({"Pod": pod, "NodeNames": names})
+        start = time.perf_counter_ns()
+        answer = service.filter(body)
+        cold = (time.perf_counter_ns() - start) / 1e6
+        assert answer["Error"] == "" and len(answer["NodeNames"]) == nodes, (mode, answer["Error"])
+        gc.collect()
+        gc.freeze()  # as bench_filter: the cluster's objects are not garbage to scan on every request
+        out[mode] = {"cold_ms": round(cold, 3), **_summary(_timings(lambda b=body, s=service: s.filter(b), requests))}
+        del service
+        gc.unfreeze()
+        gc.collect()
+    out["shared_over_whole_p99"] = round(out["shared"]["p99_ms"] / out["whole"]["p99_ms"], 2)
+    out["target_ratio"] = SHARED_TARGET_RATIO
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=1000)
@@ -228,8 +322,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rng = random.Random(args.seed)
     random.seed(args.seed)
-    results = {"filter": bench_filter(args.nodes, args.requests, rng), "decision": bench_decision(args.decisions, rng)}
-    f, d = results["filter"], results["decision"]
+    results = {
+        "filter": bench_filter(args.nodes, args.requests, rng),
+        "decision": bench_decision(args.decisions, rng),
+        "two_claims": bench_two_claims(args.nodes, args.requests, rng),
+    }
+    f, d, t = results["filter"], results["decision"], results["two_claims"]
     print(
         f"filter, 1 claim x {f['nodes']} nodes x 8 GPUs: p50 {f['with_claim']['p50_ms']} ms, "
         f"p99 {f['with_claim']['p99_ms']} ms (target <= {FILTER_TARGET_P99_MS}), cold {f['cold_ms']} ms; "
@@ -240,6 +338,14 @@ def main(argv: list[str] | None = None) -> int:
         f"decision, 2 claims x {d['devices']} devices ({d['taken']} taken): p50 {d['decision']['p50_ms']} ms, "
         f"p99 {d['decision']['p99_ms']} ms (target <= {DECISION_TARGET_MS}), cold {d['cold_ms']} ms"
     )
+    for mode in ("whole", "shared", "partition"):
+        m = t[mode]
+        print(
+            f"filter, 2 claims x {t['nodes']} nodes x 8 {mode} GPUs: p50 {m['p50_ms']} ms, p99 {m['p99_ms']} ms, "
+            f"cold {m['cold_ms']} ms"
+        )
+    verdict = "ok" if t["shared_over_whole_p99"] <= SHARED_TARGET_RATIO else "MISS"
+    print(f"shared / whole p99: {t['shared_over_whole_p99']} (target <= {SHARED_TARGET_RATIO}): {verdict}")
     if args.json:
         with open(args.json, "w") as out:
             json.dump(results, out, indent=2)

@@ -7,6 +7,9 @@ Kubernetes request aggregation where Koordinator diverges (sidecars, overhead):
 * per resource: MostAllocated = ``min(req, alloc) * 100 // alloc``; LeastAllocated =
   ``(alloc - req) * 100 // alloc`` (0 when over-committed); allocatable 0 scores 0 with its weight;
 * ``req`` = node's NonZeroRequested (cpu/memory) or requested, plus the pod's amount;
+* an extended resource served by DRA devices on a node without it in ``status.allocatable``
+  (``NodeInfo.fit_amounts``) is scored in milli-devices: devices published and held on the node,
+  plus the pod's amount times 1000 (the same score as counting whole devices, exact for shares);
 * combined as ``sum(score * weight) // sum(weight)``, and 100 when nothing is scored.
 """
 
@@ -94,23 +97,26 @@ class NodeResourcesFitPlus:
         for name, strategy in self.args.resources.items():
             if name not in requested_names:
                 continue  # a configured resource the pod does not request is skipped entirely
-            requested = node.requested_for_scoring(name) + pod.resources.amount(name)
-            total += _resource_score(strategy.type, requested, node.allocatable.get(name, 0)) * strategy.weight
+            requested, allocatable = node.fit_amounts(name, pod.resources.amount(name))
+            total += _resource_score(strategy.type, requested, allocatable) * strategy.weight
             weight_sum += strategy.weight
         if weight_sum == 0:
             return MAX_NODE_SCORE
         return total // weight_sum
 
-    def score_batch(self, pod: PodInfo, batch: Batch) -> Int64Array:
-        """``score`` for every node of ``batch`` at once (same integer arithmetic, vectorised)."""
+    def score_batch(self, pod: PodInfo, batch: Batch) -> Int64Array | None:
+        """``score`` for every node of ``batch`` at once (same integer arithmetic, vectorised); None
+        when a pod amount in milli-devices could overflow int64 (the caller scores one by one)."""
         total = np.zeros(len(batch), dtype=np.int64)
         weight_sum = 0
         requested_names = pod.resources.requested_names
         for name, strategy in self.args.resources.items():
             if name not in requested_names:
                 continue
-            allocatable = batch.allocatable(name)
-            requested = batch.requested_for_scoring(name) + pod.resources.amount(name)
+            amounts = batch.fit_amounts(name, pod.resources.amount(name))
+            if amounts is None:
+                return None
+            requested, allocatable = amounts
             has = allocatable > 0
             divisor = np.where(has, allocatable, 1)
             if strategy.type is StrategyType.MOST_ALLOCATED:

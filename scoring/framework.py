@@ -17,6 +17,7 @@ from scoring.resources import CPU, MEMORY, PodResources, is_scored_resource_name
 __all__ = [
     "MAX_EXTENDER_PRIORITY",
     "MAX_NODE_SCORE",
+    "MILLI_DEVICES",
     "MIN_EXTENDER_PRIORITY",
     "MIN_NODE_SCORE",
     "SUCCESS",
@@ -38,6 +39,9 @@ MIN_NODE_SCORE = 0
 MAX_NODE_SCORE = 100  # framework.MaxNodeScore
 MIN_EXTENDER_PRIORITY = 0
 MAX_EXTENDER_PRIORITY = 10  # extenderv1.MaxExtenderPriority
+# DRA devices counted as an extended resource are kept in milli-devices: a share of a device that
+# allows multiple allocations is a fraction of it, and integer columns must hold it.
+MILLI_DEVICES = 1000
 
 E = TypeVar("E", bound=enum.Enum)
 
@@ -102,10 +106,18 @@ class NodeInfo:
     pod_count: int = 0
     # Scored resource types with allocatable > 0 (the set N of ScarceResourceAvoidance).
     allocatable_types: frozenset[str] = frozenset()
+    # Extended resources served by DRA devices (a DeviceClass with extendedResourceName) on a node
+    # that does not advertise them through a device plugin, in MILLI_DEVICES: devices published for
+    # the node and how much of them claims and in-flight binds hold. Only scoring reads these.
+    dra_allocatable: Mapping[str, int] = field(default_factory=dict)
+    dra_requested: Mapping[str, int] = field(default_factory=dict)
 
     @staticmethod
-    def types_of(allocatable: Mapping[str, int]) -> frozenset[str]:
-        return frozenset(n for n, v in allocatable.items() if v > 0 and is_scored_resource_name(n))
+    def types_of(allocatable: Mapping[str, int], dra_allocatable: Mapping[str, int] | None = None) -> frozenset[str]:
+        types = frozenset(n for n, v in allocatable.items() if v > 0 and is_scored_resource_name(n))
+        if dra_allocatable:
+            types |= {n for n, v in dra_allocatable.items() if v > 0 and is_scored_resource_name(n)}
+        return types
 
     def requested_for_scoring(self, name: str) -> int:
         """NonZeroRequested for cpu and memory, plain requests for everything else."""
@@ -114,6 +126,14 @@ class NodeInfo:
         if name == MEMORY:
             return self.non_zero_memory
         return self.requested.get(name, 0)
+
+    def fit_amounts(self, name: str, pod_amount: int) -> tuple[int, int]:
+        """(requested including the pod's ``pod_amount``, allocatable) as NodeResourcesFitPlus scores
+        ``name``: in milli-devices where DRA serves it on this node, the plain amounts otherwise."""
+        dra = self.dra_allocatable.get(name, 0)
+        if dra > 0:
+            return self.dra_requested.get(name, 0) + pod_amount * MILLI_DEVICES, dra
+        return self.requested_for_scoring(name) + pod_amount, self.allocatable.get(name, 0)
 
 
 class ArgsError(ScoringError):

@@ -2,7 +2,8 @@
 
 Counts resource *types*, never quantities: ``D`` = scored types with allocatable > 0 on the node
 that the pod does not request, ``S`` = ``D`` ∩ scarce list (exact names). Score is
-``(|D| - |S|) * 100 // |D|``, and 100 when either set is empty. ``pods`` never counts.
+``(|D| - |S|) * 100 // |D|``, and 100 when either set is empty. ``pods`` never counts. An extended
+resource served by DRA devices on the node (``NodeInfo.dra_allocatable``) is one of its types.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from scoring.framework import SUCCESS, Code, NodeInfo, Status
+from scoring.framework import MILLI_DEVICES, SUCCESS, Code, NodeInfo, Status
 from scoring.resources import CPU, MEMORY, PodResources
 
 __all__ = ["EXACT_LIMIT", "MAX_TYPE_BITS", "Batch", "BatchVerdicts", "NodeTable"]
@@ -35,6 +35,8 @@ _RECALL_SLOTS = 4
 # Amounts at or above this could overflow int64 once multiplied by MaxNodeScore; the scalar path
 # (Python integers) takes over when any value reaches it.
 EXACT_LIMIT = 2**56
+# A pod amount scored in milli-devices stays below EXACT_LIMIT when it is below this.
+_DRA_POD_LIMIT = EXACT_LIMIT // (2 * MILLI_DEVICES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +84,23 @@ class Batch:
         if self.discount is not None:
             values[self.discount_position] -= self.discount.amount(resource)
         return values
+
+    def fit_amounts(self, resource: str, pod_amount: int) -> tuple[Int64Array, Int64Array] | None:
+        """``NodeInfo.fit_amounts`` per node: (requested with the pod, allocatable), in milli-devices
+        where DRA serves ``resource``; None if the pod's amount could overflow in milli-devices."""
+        requested = self.requested_for_scoring(resource) + pod_amount
+        allocatable = self.allocatable(resource)
+        if resource not in self.table.dra_allocatable:
+            return requested, allocatable
+        dra = self.table.gather(self.table.dra_allocatable, resource, self.rows, self.known)
+        served = dra > 0
+        if not served.any():
+            return requested, allocatable
+        if abs(pod_amount) >= _DRA_POD_LIMIT:
+            return None
+        dra_requested = self.table.gather(self.table.dra_requested, resource, self.rows, self.known)
+        dra_requested += pod_amount * MILLI_DEVICES
+        return np.where(served, dra_requested, requested), np.where(served, dra, allocatable)
 
     def type_masks(self) -> UInt64Array | None:
         """Per node, a bit per resource type with allocatable > 0; None if there are too many types."""
@@ -172,6 +191,9 @@ class NodeTable:
         self.allocatable: dict[str, Int64Array] = {}
         self.requested: dict[str, Int64Array] = {}
         self.non_zero: dict[str, Int64Array] = {CPU: self._column(), MEMORY: self._column()}
+        # Extended resources served by DRA devices (NodeInfo.dra_*), in milli-devices.
+        self.dra_allocatable: dict[str, Int64Array] = {}
+        self.dra_requested: dict[str, Int64Array] = {}
         self.types: UInt64Array = np.zeros(capacity, dtype=np.uint64)
         self.type_bits: dict[str, int] = {}
         self.type_overflow = False
@@ -194,7 +216,7 @@ class NodeTable:
 
     def _grow(self) -> None:
         self._capacity *= 2
-        for columns in (self.allocatable, self.requested, self.non_zero):
+        for columns in (self.allocatable, self.requested, self.non_zero, self.dra_allocatable, self.dra_requested):
             for name, column in columns.items():
                 grown = np.zeros(self._capacity, dtype=np.int64)
                 grown[: len(column)] = column
@@ -257,6 +279,9 @@ class NodeTable:
         self._set(self.requested, row, node.requested)
         self.non_zero[CPU][row] = node.non_zero_cpu
         self.non_zero[MEMORY][row] = node.non_zero_memory
+        if node.dra_allocatable or node.dra_requested or self.dra_allocatable or self.dra_requested:
+            self._set(self.dra_allocatable, row, node.dra_allocatable)
+            self._set(self.dra_requested, row, node.dra_requested)
         mask = 0
         for resource in node.allocatable_types:
             bit = self.type_bit(resource)

@@ -89,6 +89,7 @@ class ClusterCache:
         self._snapshots: dict[str, NodeInfo] = {}
         self.table = NodeTable()  # the same snapshots as columns, for batch filtering and scoring
         self.dra = DraState(clock=clock, inflight_ttl=assume_ttl)  # DRA objects and devices in use
+        self.dra.listener = self._extended_changed  # DRA devices counted as extended resources
         # Told of every change as a typed event (app/cluster/cache_events.py): queue usage, KAI's pending
         # requests, the pods bound without the extender's /bind.
         self._subscribers: list[Subscriber] = []
@@ -267,6 +268,15 @@ class ClusterCache:
 
     def _build(self, name: str, allocatable: Mapping[str, int]) -> NodeInfo:
         usage = self._usage.get(name) or NodeUsage()
+        dra_allocatable: dict[str, int] = {}
+        dra_requested: dict[str, int] = {}
+        extended = self.dra.extended_amounts(name)
+        if extended:
+            # A node that advertises the resource through a device plugin is scored on that alone,
+            # as upstream's scorer: DRA devices count only where status.allocatable has none of it.
+            for resource, (total, used) in extended.items():
+                if total > 0 and allocatable.get(resource, 0) <= 0:
+                    dra_allocatable[resource], dra_requested[resource] = total, used
         return NodeInfo(
             name=name,
             allocatable=allocatable,
@@ -274,8 +284,16 @@ class ClusterCache:
             non_zero_cpu=usage.non_zero_cpu,
             non_zero_memory=usage.non_zero_memory,
             pod_count=usage.pod_count,
-            allocatable_types=NodeInfo.types_of(allocatable),
+            allocatable_types=NodeInfo.types_of(allocatable, dra_allocatable),
+            dra_allocatable=dra_allocatable,
+            dra_requested=dra_requested,
         )
+
+    def _extended_changed(self, names: list[str]) -> None:
+        """DRA devices counted as extended resources changed on these nodes: new snapshots."""
+        for name in names:
+            self._refresh(name)
+        self._changed()
 
     def _refresh(self, name: str) -> None:
         node = self.nodes.get(name)

@@ -23,6 +23,9 @@ shares while the capacity lasts). Both are kept per device, for claims and for i
 and handed to the allocator (``allocated_view`` / ``shared_view``); a device holding any share
 also consumes its shared counters.
 
+Devices of classes with ``extendedResourceName`` are counted per node as that resource
+(``app.cluster.dra_extended``) for the nodes a change can affect; ``listener`` hears which changed.
+
 Claims are an *assume cache* like upstream's: a claim update older (by resourceVersion) than the
 one we stored after our own write is ignored, so a late watch event cannot free a device again.
 """
@@ -52,6 +55,7 @@ from allocator import (
 )
 from allocator.taints import DeviceTaintRule, TaintRules
 from app.cluster.changes import ChangeSignal
+from app.cluster.dra_extended import Amounts, ExtendedResources, Held, held
 from app.cluster.relist import apply_relist
 
 __all__ = ["AllocatedDevices", "DraState", "InFlight", "Proposal", "SharedView"]
@@ -104,6 +108,13 @@ def _drop_shares(into: Shares, holder: str, shares: Iterable[AllocatedShare]) ->
             del into[share.device]
 
 
+def _devices_of(claim: ResourceClaim | None) -> list[DeviceID]:
+    """Every device a claim's allocation names, held whole or as a share."""
+    if claim is None or claim.allocation is None:
+        return []
+    return [r.id for r in claim.allocation.devices]
+
+
 def _number(value: Fraction) -> int | float:
     return value.numerator if value.denominator == 1 else float(value)
 
@@ -128,6 +139,8 @@ class DraState:
     _inflight_shares: Shares = field(default_factory=dict)  # holder: pod uid
     taint_rules: TaintRules = field(default_factory=TaintRules)  # DeviceTaintRules (when the API is served)
     claim_changes: ChangeSignal = field(default_factory=ChangeSignal)  # bumped on every claim change
+    extended: ExtendedResources = field(default_factory=ExtendedResources)
+    listener: Callable[[list[str]], None] | None = None  # told of nodes whose extended amounts changed
 
     # ------------------------------------------------------------------ nodes
     def node_ref(self, name: str) -> NodeRef | None:
@@ -137,28 +150,68 @@ class DraState:
         ref = self._node_refs.get(name)
         if ref is None or ref.labels != labels:
             self._node_refs[name] = NodeRef(name, dict(labels))
+            self._recount([name])
 
     def delete_node(self, name: str) -> None:
         self._node_refs.pop(name, None)
+        self._recount([name])
+
+    # ------------------------------------------------------------------ extended resources
+    def extended_amounts(self, node: str) -> Amounts | None:
+        """Extended resources DRA devices serve on ``node``: (allocatable, in use) in milli-devices."""
+        return self.extended.amounts(node)
+
+    def _holders(self, device: DeviceID) -> Held:
+        whole = (self._claim_devices, self._inflight_devices)
+        return held(device, whole, (self._claim_shares.get(device), self._inflight_shares.get(device)))
+
+    def _recount(self, nodes: Iterable[str] | None) -> None:
+        """Count the extended resources of ``nodes`` (None: every node) again and tell the listener."""
+        if not self.extended.classes and not self.extended.by_node:
+            return
+        if nodes is None:
+            nodes = set(self._node_refs) | set(self.extended.by_node)
+        changed = self.extended.count(nodes, self._node_refs, self.slices, self.selectors, self._holders)
+        if changed and self.listener is not None:
+            self.listener(changed)
+
+    def _classes_changed(self) -> None:
+        if self.extended.set_classes(self.classes.values()):
+            self._recount(None)
+
+    def _slices_changed(self) -> None:
+        changed = self.slices.changed_nodes()  # drained on every change, counted only when it matters
+        if self.extended.classes:
+            self._recount(changed)
+
+    def _devices_changed(self, devices: Iterable[DeviceID]) -> None:
+        if self.extended.by_node:
+            self._recount(self.extended.nodes_of(devices))
 
     # ------------------------------------------------------------------ classes and slices
     def upsert_class(self, device_class: DeviceClass) -> None:
         self.classes[device_class.name] = device_class
+        self._classes_changed()
 
     def delete_class(self, name: str) -> None:
         self.classes.pop(name, None)
+        self._classes_changed()
 
     def replace_classes(self, classes: Iterable[DeviceClass]) -> None:
         self.classes = {c.name: c for c in classes}
+        self._classes_changed()
 
     def upsert_slice(self, resource_slice: ResourceSlice) -> None:
         self.slices.upsert(resource_slice)
+        self._slices_changed()
 
     def delete_slice(self, name: str) -> None:
         self.slices.delete(name)
+        self._slices_changed()
 
     def replace_slices(self, slices: Iterable[ResourceSlice]) -> None:
         self.slices.replace(slices)
+        self._slices_changed()
 
     def upsert_taint_rule(self, rule: DeviceTaintRule) -> None:
         self.taint_rules.upsert(rule)
@@ -183,11 +236,16 @@ class DraState:
             for device in allocated_device_ids(claim.allocation):
                 self._claim_devices[device] = claim.key
             _add_shares(self._claim_shares, claim.key, allocated_shares(claim.allocation))
+        if (old is not None and old.allocation is not None) or claim.allocation is not None:
+            self._devices_changed([*_devices_of(old), *_devices_of(claim)])
         self.claim_changes.notify()
         return True
 
     def delete_claim(self, key: str) -> None:
-        self._uncount(self.claims.pop(key, None))
+        old = self.claims.pop(key, None)
+        self._uncount(old)
+        if old is not None and old.allocation is not None:
+            self._devices_changed(_devices_of(old))
         self.claim_changes.notify()
 
     def replace_claims(self, claims: Iterable[ResourceClaim]) -> None:
@@ -278,6 +336,7 @@ class DraState:
         for device in devices:
             self._inflight_devices[device] = pod_uid
         _add_shares(self._inflight_shares, pod_uid, shares)
+        self._devices_changed([*devices, *(share.device for share in shares)])
         return entry
 
     def end(self, pod_uid: str) -> None:
@@ -288,6 +347,7 @@ class DraState:
             if self._inflight_devices.get(device) == pod_uid:
                 del self._inflight_devices[device]
         _drop_shares(self._inflight_shares, pod_uid, entry.shares)
+        self._devices_changed([*entry.devices, *(share.device for share in entry.shares)])
 
     def expire(self) -> list[InFlight]:
         """Drop expired proposals and in-flight entries (a bind that never finished either way)."""
@@ -409,6 +469,7 @@ class DraState:
             _add_shares(inflight_shares, e.pod_uid, e.shares)
         if inflight_shares != self._inflight_shares:
             raise AssertionError(f"in-flight shares drifted: have {self._inflight_shares}, want {inflight_shares}")
+        self.extended.check(self.classes.values(), self._node_refs, self.slices, self.selectors, self._holders)
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ from app.cluster.reflector import DEVICE_TAINT_RULES_NOT_SERVED
 from app.cluster.writes import ClaimWriteError
 from tests.app.apiharness import Harness, add_dra_node, eventually
 from tests.app.apiharness import run as run_harness
-from tests.conftest import bind_body, claim_obj, filter_answer, filter_body, pod_obj, with_claims
+from tests.conftest import bind_body, claim_obj, filter_answer, filter_body, pod_obj, slice_obj, with_claims
 from tests.fakeapi import FakeAPIServer
 
 CLAIMS = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims"
@@ -183,3 +183,26 @@ def test_device_taint_rules_not_served_count_as_synced_and_empty(fake: FakeAPISe
         assert len(h.cache.dra.taint_rules) == 0
 
     run(fake, body)
+
+
+def test_objects_beyond_the_136_limits_are_skipped(fake: FakeAPIServer, caplog: pytest.LogCaptureFixture) -> None:
+    """A slice with 129 devices (ResourceSliceMaxDevices) in the initial list and one with three
+    counter consumptions on a device, watched later, are skipped with an error naming the object and
+    the field; the usable slice keeps serving the filter."""
+    setup_cluster(fake, "x")
+    fake.add(slice_obj("too-many", [{"name": f"d{i}"} for i in range(129)], node="d1", pool="other"))
+    px = fake.add(with_claims(pod_obj("px"), "x"))
+
+    async def body(h: Harness) -> None:
+        assert "too-many" not in h.cache.dra.slices and "d1-gpus" in h.cache.dra.slices
+        consumes = [{"counterSet": f"s{i}", "counters": {"c": {"value": "1"}}} for i in range(3)]
+        fake.add(slice_obj("late", [{"name": "d", "consumesCounters": consumes}], node="d1", pool="late"))
+        fake.add(slice_obj("fine", [{"name": "d"}], node="d1", pool="fine"))
+        await eventually(lambda: "fine" in h.cache.dra.slices, "the slice after the refused one watched")
+        assert "late" not in h.cache.dra.slices
+        assert filter_answer(h.service, filter_body(px, ["d1"]))["NodeNames"] == ["d1"]
+
+    run(fake, body)
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert any("ResourceSlice too-many: spec.devices: must have at most 128" in e for e in errors), errors
+    assert any("ResourceSlice late: spec.devices[0].consumesCounters: must have at most 2" in e for e in errors), errors

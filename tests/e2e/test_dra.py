@@ -343,3 +343,35 @@ def test_a_no_schedule_tainted_device_is_skipped_unless_tolerated(group: Group) 
         assert result["device"] == "gpu-0" and result["tolerations"] == [toleration]
     finally:
         _cleanup(group, driver)
+
+
+def test_cpu_pods_keep_off_a_dra_only_gpu_node(group: Group) -> None:
+    """Issue 16 part 6: a DeviceClass with extendedResourceName nvidia.com/gpu makes the GPUs a DRA
+    driver publishes a resource type of their node, so ScarceResourceAvoidance steers CPU-only pods
+    to the node without GPUs (without it the two nodes look alike and kube-scheduler spreads them)."""
+    driver = f"{group.name}.gpu.example.com"
+    group.api.create(
+        f"{RESOURCE}/deviceclasses",
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": driver},
+            "spec": {
+                "selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}],
+                "extendedResourceName": "nvidia.com/gpu",
+            },
+        },
+    )
+    gpu_node = group.node("dra", gpus=None)
+    cpu_node = group.node("cpu", gpus=None)
+    try:
+        pool = {"name": gpu_node, "generation": 1, "resourceSliceCount": 1}
+        devices = [{"name": f"gpu-{i}"} for i in range(8)]
+        spec = {"pool": pool, "devices": devices}
+        group.api.create(f"{RESOURCE}/resourceslices", _slice(f"{gpu_node}-gpus", driver, gpu_node, spec))
+        names = ("c1", "c2", "c3", "c4")
+        for name in names:
+            group.pod(name)
+        assert set(group.wait_bound(*names).values()) == {cpu_node}
+    finally:
+        _cleanup(group, driver)

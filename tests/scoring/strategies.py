@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from hypothesis import strategies as st
 
-from scoring.framework import NodeInfo, PodInfo
+from scoring.framework import MILLI_DEVICES, NodeInfo, PodInfo
 from scoring.resources import PodResources
 
 
@@ -21,16 +21,27 @@ def resource_maps(names: Sequence[str], largest: int) -> st.SearchStrategy[dict[
 
 
 @st.composite
-def nodes(draw: st.DrawFn, names: Sequence[str], largest: int) -> NodeInfo:
-    """An unnamed node: random allocatable, requests and NonZeroRequested cpu and memory."""
+def nodes(draw: st.DrawFn, names: Sequence[str], largest: int, dra: Sequence[str] = ()) -> NodeInfo:
+    """An unnamed node: random allocatable, requests and NonZeroRequested cpu and memory; with ``dra``,
+    some of those extended resources served by DRA devices (milli-devices, shares included) where the
+    node advertises none of them, as the cluster cache builds them."""
     allocatable = draw(resource_maps(names, largest))
+    dra_allocatable: dict[str, int] = {}
+    dra_requested: dict[str, int] = {}
+    for name in dra:
+        if allocatable.get(name, 0) <= 0 and draw(st.booleans()):
+            devices = draw(st.integers(1, 64))
+            dra_allocatable[name] = devices * MILLI_DEVICES
+            dra_requested[name] = draw(st.integers(0, devices * MILLI_DEVICES))
     return NodeInfo(
         name="",
         allocatable=allocatable,
         requested=draw(resource_maps(names, largest)),
         non_zero_cpu=draw(amounts(largest)),
         non_zero_memory=draw(amounts(largest)),
-        allocatable_types=NodeInfo.types_of(allocatable),
+        allocatable_types=NodeInfo.types_of(allocatable, dra_allocatable),
+        dra_allocatable=dra_allocatable,
+        dra_requested=dra_requested,
     )
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -42,19 +44,19 @@ def profiles(draw: st.DrawFn) -> Profile:
     )
 
 
+DRA_BACKED = ["nvidia.com/gpu", "example.com/fpga"]  # extended resources some nodes get from DRA devices
+
+
 @settings(max_examples=300, deadline=None)
 @given(
     profiles(),
     pods(RESOURCES, LARGEST),
-    st.lists(nodes(RESOURCES, LARGEST), min_size=1, max_size=12),
+    st.lists(nodes(RESOURCES, LARGEST, DRA_BACKED), min_size=1, max_size=12),
     st.booleans(),
 )
 def test_batch_equals_scalar(profile: Profile, pod: PodInfo, node_list: list[NodeInfo], with_unknown: bool) -> None:
     table = NodeTable(capacity=2)  # small, so rows grow while upserting
-    named = [
-        NodeInfo(f"n{i}", n.allocatable, n.requested, n.non_zero_cpu, n.non_zero_memory, 0, n.allocatable_types)
-        for i, n in enumerate(node_list)
-    ]
+    named = [replace(n, name=f"n{i}", pod_count=0) for i, n in enumerate(node_list)]
     for node in named:
         table.upsert(node)
     names = [n.name for n in named] + (["ghost"] if with_unknown else [])

@@ -1,0 +1,148 @@
+"""Per node, the extended resources that DRA devices serve there (DeviceClasses with
+``extendedResourceName``), kept at cache-update time for scoring.
+
+``DraState`` tells this index which nodes may have changed (slices, classes, node labels) and
+which devices changed hands (claims, in-flight binds); only those nodes are counted again. The
+counting rules are ``allocator.extended``'s. A device counted for a node is remembered with it, so
+an allocation of that device recounts exactly the nodes that see it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Container, Iterable, Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from allocator import DeviceClass, DeviceID, NodeRef, SelectorCache, SliceIndex
+from allocator.extended import class_devices, device_use, extended_resource_classes
+from scoring.framework import MILLI_DEVICES
+
+__all__ = ["Amounts", "ExtendedResources", "Held", "held"]
+
+Amounts = Mapping[str, tuple[int, int]]  # extended resource -> (allocatable, in use), in milli-devices
+Held = tuple[bool, int, Mapping[str, Fraction] | None]  # held whole, shares, their summed consumedCapacity
+Holders = Callable[[DeviceID], Held]
+
+
+def held(
+    device: DeviceID,
+    whole: Iterable[Container[DeviceID]],
+    shares: Iterable[Mapping[tuple[str, str], Mapping[str, Fraction] | None] | None],
+) -> Held:
+    """How ``device`` is held: whole by any of ``whole``, and the shares of ``shares`` (per holder
+    map, holder -> consumedCapacity) with what they consume together."""
+    taken = any(device in holders for holders in whole)
+    count = 0
+    consumed: dict[str, Fraction] | None = None
+    for by_holder in shares:
+        for amounts in (by_holder or {}).values():
+            count += 1
+            if amounts is not None:
+                consumed = consumed if consumed is not None else {}
+                for name, amount in amounts.items():
+                    consumed[name] = consumed.get(name, Fraction(0)) + amount
+    return taken, count, consumed
+
+
+@dataclass
+class ExtendedResources:
+    """Extended-resource amounts per node; empty while no class has an ``extendedResourceName``."""
+
+    classes: dict[str, DeviceClass] = field(default_factory=dict)  # extended resource -> its class
+    by_node: dict[str, Amounts] = field(default_factory=dict)
+    _devices: dict[str, tuple[DeviceID, ...]] = field(default_factory=dict)  # node -> devices counted there
+    _nodes_of: dict[DeviceID, set[str]] = field(default_factory=dict)
+
+    def amounts(self, node: str) -> Amounts | None:
+        return self.by_node.get(node)
+
+    def set_classes(self, classes: Iterable[DeviceClass]) -> bool:
+        """Take the classes as they are now; True if which class serves which name changed."""
+        found = extended_resource_classes(classes)
+        if found == self.classes:
+            return False
+        self.classes = found
+        return True
+
+    def nodes_of(self, devices: Iterable[DeviceID]) -> set[str]:
+        """The nodes that count any of ``devices``."""
+        out: set[str] = set()
+        for device in devices:
+            out |= self._nodes_of.get(device, set())
+        return out
+
+    def count(
+        self,
+        nodes: Iterable[str],
+        refs: Mapping[str, NodeRef],
+        slices: SliceIndex,
+        selectors: SelectorCache,
+        holders: Holders,
+    ) -> list[str]:
+        """Count ``nodes`` again; returns those whose amounts changed."""
+        changed = []
+        for node in nodes:
+            ref = refs.get(node)
+            amounts: dict[str, tuple[int, int]] = {}
+            devices: tuple[DeviceID, ...] = ()
+            if ref is not None and self.classes:
+                amounts, devices = self._count(ref, slices, selectors, holders)
+            self._register(node, devices)
+            if amounts:
+                if self.by_node.get(node) != amounts:
+                    self.by_node[node] = amounts
+                    changed.append(node)
+            elif self.by_node.pop(node, None) is not None:
+                changed.append(node)
+        return changed
+
+    def check(
+        self,
+        classes: Iterable[DeviceClass],
+        refs: Mapping[str, NodeRef],
+        slices: SliceIndex,
+        selectors: SelectorCache,
+        holders: Holders,
+    ) -> None:
+        """Count every node from scratch and compare (tests and /debug?verify use it)."""
+        fresh = ExtendedResources()
+        if fresh.set_classes(classes):
+            fresh.count(refs, refs, slices, selectors, holders)
+        if fresh.by_node != self.by_node:
+            raise AssertionError(f"extended resources drifted: have {self.by_node}, want {fresh.by_node}")
+
+    def _count(
+        self, ref: NodeRef, slices: SliceIndex, selectors: SelectorCache, holders: Holders
+    ) -> tuple[dict[str, tuple[int, int]], tuple[DeviceID, ...]]:
+        pools = slices.pools_for(ref)
+        if not pools.candidates:
+            return {}, ()
+        amounts: dict[str, tuple[int, int]] = {}
+        devices: list[DeviceID] = []
+        for resource, device_class in self.classes.items():
+            found = class_devices(pools, device_class, selectors)
+            if not found:
+                continue
+            used = 0
+            for candidate in found:
+                used += device_use(candidate.device, *holders(candidate.id))
+                devices.append(candidate.id)
+            amounts[resource] = (len(found) * MILLI_DEVICES, used)
+        return amounts, tuple(devices)
+
+    def _register(self, node: str, devices: tuple[DeviceID, ...]) -> None:
+        old = self._devices.pop(node, ())
+        if old == devices:
+            if devices:
+                self._devices[node] = devices
+            return
+        for device in old:
+            holders = self._nodes_of.get(device)
+            if holders is not None:
+                holders.discard(node)
+                if not holders:
+                    del self._nodes_of[device]
+        if devices:
+            self._devices[node] = devices
+            for device in devices:
+                self._nodes_of.setdefault(device, set()).add(node)
