@@ -11,13 +11,13 @@ changes the cache atomically between two awaits, which is what makes concurrent 
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from app.cluster.cache_events import CacheEvent, Counted, NodeChanged, PodChanged, PodCounted, Subscriber
+from app.cluster.changes import ChangeSignal
 from app.cluster.dra import DraState
 from app.cluster.relist import apply_relist
 from scoring.framework import NodeInfo, PodInfo, Status
@@ -96,8 +96,7 @@ class ClusterCache:
         self.nodes_version = 0  # bumped on every node change (cluster totals are recomputed lazily)
         # Bumped whenever what is counted on a node, or a node itself, changes: filter compares it to
         # tell whether the cache has moved since it last judged a pod (see changed_after).
-        self.generation = 0
-        self._change_waiters: list[asyncio.Future[None]] = []
+        self.changes = ChangeSignal()  # nodes and pods
 
     def subscribe(self, subscriber: Subscriber) -> None:
         """Call ``subscriber`` with every event from now on, after those subscribed earlier."""
@@ -248,23 +247,16 @@ class ClusterCache:
         self._publish(PodCounted(uid, desired))
 
     def _changed(self) -> None:
-        self.generation += 1
-        waiters, self._change_waiters = self._change_waiters, []
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.set_result(None)
+        self.changes.notify()
+
+    @property
+    def generation(self) -> int:
+        """Bumped on every change of nodes and pods (what filter's lag detection compares)."""
+        return self.changes.version
 
     async def changed_after(self, generation: int, timeout: float) -> bool:
         """Wait until the cache has changed since ``generation`` (True), or ``timeout`` seconds (False)."""
-        if self.generation != generation:
-            return True
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._change_waiters.append(waiter)
-        try:
-            await asyncio.wait_for(asyncio.shield(waiter), timeout)
-        except TimeoutError:
-            return self.generation != generation
-        return True
+        return await self.changes.changed_after(generation, timeout)
 
     def _build(self, name: str, allocatable: Mapping[str, int]) -> NodeInfo:
         usage = self._usage.get(name) or NodeUsage()

@@ -1,7 +1,8 @@
 """A change counter that coroutines can wait on: the watch-fed caches bump it, waiters wake up.
 
-``ClusterCache.changed_after`` does this for nodes and pods; ``DraState.claim_changes`` for
-ResourceClaims (what /bind waits on while a device's binding conditions are pending).
+``ClusterCache.changes`` counts changes of nodes and pods (filter's lag detection waits on it);
+``DraState.claim_changes`` those of ResourceClaims (what /bind waits on while a device's binding
+conditions are pending).
 """
 
 from __future__ import annotations
