@@ -34,7 +34,7 @@ from scoring.best_scored import BEST_SCORED
 from scoring.framework import Code, PodInfo
 from scoring.managed_fit import ManagedResourcesFit, insufficient_reason
 from scoring.profile import Profile
-from scoring.table import Batch, BatchVerdicts
+from scoring.table import BatchVerdicts
 
 __all__ = [
     "REASON_NODE_NOT_IN_CACHE",
@@ -253,20 +253,9 @@ class ExtenderService:
                 self._rejected.popitem(last=False)
         if passed and self.config.filterFailures == "WhenUnschedulable":
             return candidates.result(passed), suspect  # the reasons would be read by nobody
-        failed = self._node_reasons(verdicts, names, batch, Code.UNSCHEDULABLE)
-        unresolvable = self._node_reasons(verdicts, names, batch, Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
+        failed = self.resources.nodes.node_reasons(verdicts, names, batch, Code.UNSCHEDULABLE)
+        unresolvable = self.resources.nodes.node_reasons(verdicts, names, batch, Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
         return candidates.result(passed, failed, unresolvable), suspect
-
-    def _node_reasons(
-        self, verdicts: BatchVerdicts, names: list[str], batch: Batch | None, code: Code
-    ) -> wire.NodeReasons:
-        """The nodes that failed with ``code`` and why. When the node table holds every candidate, the
-        map is assembled from its prebuilt name keys (no dict, no name encoded per request)."""
-        if batch is None or not batch.known.all():
-            return verdicts.failed(names, code)
-        positions, reasons = verdicts.failed_at(code)
-        keys = map(self.cache.table.name_key.__getitem__, batch.rows[positions].tolist())
-        return wire.node_reasons_raw(keys, [status.reason for status in verdicts.reasons], reasons.tolist())
 
     # ------------------------------------------------------------------ prioritize
     def prioritize(self, body: bytes, plugin: str | None = None) -> list[dict[str, Any]] | msgspec.Raw:

@@ -334,6 +334,11 @@ class NodeTable:
             return Batch(names, rows, known, self)
         return Batch(names, rows, known, self, position, discount[1] if discount else None)
 
+    @property
+    def version(self) -> int:
+        """Changes whenever the name -> row mapping does (a node added, removed or its row reused)."""
+        return self._version
+
     def host_prefixes(self, names: Sequence[str], rows: npt.NDArray[np.intp]) -> list[bytes]:
         """``host_prefix`` of each row, kept for the name list they were asked for: kube-scheduler asks
         /prioritize about the same candidates again and again (the wire hands back the same list)."""

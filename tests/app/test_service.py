@@ -342,3 +342,21 @@ def test_filter_failures_is_validated() -> None:
 
     with pytest.raises(ConfigError, match="filterFailures"):
         parse_config({"filterFailures": "Sometimes"})
+
+
+def test_failed_node_maps_are_reused_only_for_exactly_the_same_failures() -> None:
+    """Pods of one shape over the same candidates get the FailedNodes bytes built for the first; once a
+    node's state changes what fails, the map is built again and names it."""
+    from app.cluster.objects import pod_from_obj
+
+    names = [f"g{i}" for i in range(70)]
+    service = make_service([node_obj(n, gpus=4 if i % 2 else 1) for i, n in enumerate(names)])
+    first = service.filter(filter_body(pod_obj("a", gpus=2), names))
+    second = service.filter(filter_body(pod_obj("b", gpus=2), names))
+    assert second["FailedAndUnresolvableNodes"] is first["FailedAndUnresolvableNodes"]
+    service.cache.upsert_pod(pod_from_obj(pod_obj("x", gpus=3, node="g1", phase="Running")))  # 1 GPU left on g1
+    third = filter_answer(service, filter_body(pod_obj("c", gpus=2), names))
+    too_small = {n: "Insufficient nvidia.com/gpu" for i, n in enumerate(names) if i % 2 == 0}
+    assert third["FailedAndUnresolvableNodes"] == too_small
+    assert third["FailedNodes"] == {"g1": "Insufficient nvidia.com/gpu"}  # evicting x would make room
+    assert third["NodeNames"] == [n for n in names if n not in too_small and n != "g1"]
