@@ -86,6 +86,7 @@ class Reclaimer:
         self.retry_at: dict[str, float] = {}  # pod UID -> when a refused eviction may be tried again
         self.recent: deque[float] = deque()  # when each victim workload was evicted (rate limit)
         self.reported: dict[str, tuple[str, ...]] = {}  # beneficiary UID -> victims last recorded
+        self.unhelped: dict[str, int] = {}  # pending pod UID -> the round no eviction could help it
         self.leading: bool | None = None
         # kind -> pod UID -> (pod, what it counts, node, its Workload): lone pods' Workloads between rounds.
         self._memo: dict[str, dict[str, tuple[PodInfo, Any, str, Workload]]] = {}
@@ -134,7 +135,8 @@ class Reclaimer:
 
     # ------------------------------------------------------------------ decide
     def pending(self) -> list[tuple[PodInfo, QueuedPod]]:
-        """Pending pods of a usable queue, highest priority first, then by UID (at most MAX_BENEFICIARIES)."""
+        """Pending pods of a usable queue, highest priority first, then by UID (at most MAX_BENEFICIARIES);
+        those no eviction helped go after the rest, longest-waiting first, so they cannot starve them."""
         cache = self.fairness.cache
         if cache is None:
             return []
@@ -152,7 +154,7 @@ class Reclaimer:
             if queued.kind == "kai" and not self.fairness.kai_ledger().is_leaf(queued.queue):
                 continue
             out.append((pod, queued))
-        out.sort(key=lambda item: (-item[0].priority, item[0].uid))
+        out.sort(key=lambda item: (self.unhelped.get(item[0].uid, -1), -item[0].priority, item[0].uid))
         return out[:MAX_BENEFICIARIES]
 
     def workloads(self, kind: str, gone: frozenset[str] | set[str] = frozenset()) -> Workloads:
@@ -317,7 +319,9 @@ class Reclaimer:
                 view = KaiView(allocated, shares, kai.queues)
                 choice = kai_reclaim(view, queued.queue, request, pod.resources.requests, rooms, workloads)
             if choice is None:
+                self.unhelped[pod.uid] = self.rounds  # judged in vain: the others go first next round
                 continue
+            self.unhelped.pop(pod.uid, None)
             plans.append(Plan(pod, queued, choice))
             indexes.clear()
             for workload, _reason in choice.victims:  # the victims leave ...
@@ -452,6 +456,8 @@ class Reclaimer:
         now = self.monotonic()
         for uid in [u for u, at in self.retry_at.items() if at <= now or u not in cache.pods]:
             del self.retry_at[uid]
+        for uid in [u for u in self.unhelped if u not in cache.pods or cache.pods[u].node_name]:
+            del self.unhelped[uid]
 
     async def _events(self, plan: Plan, workload: Workload, uid: str, victim: tuple[str, str]) -> None:
         for note in eviction_notes(plan, workload, uid, victim, decision_shares(self.fairness, plan)):

@@ -241,3 +241,16 @@ def test_debug_queues_shows_the_reclaimer(client_for: Any) -> None:
     assert view["reclaim"]["mode"] == "dry-run" and view["reclaim"]["leading"] is True
     (decision,) = [d for d in view["decisions"] if d["verb"] == "reclaim"]
     assert decision["victims"][0]["pod"] == "borrower/b7" and decision["shares"]["borrower"] > 0
+
+
+def test_pods_no_eviction_can_help_do_not_keep_the_others_from_being_judged() -> None:
+    """Sixteen higher-priority lender pods ask for more than any node has: no eviction helps them.
+    The next round judges the seventeenth, which asks for one GPU, first, and gets its victim."""
+    hopeless = lender_pods(16, gpus=9)
+    for pod in hopeless:
+        pod["spec"]["priority"] = 100
+    helped = in_queue(pod_obj("late", gpus=1, cpu=None, memory=None, namespace="lender", uid="late"), "lq")
+    r, evictor, _ = reclaimer([*borrower_pods(), *hopeless, helped])
+    assert run(r) == [] and evictor.evictions == []  # only the 16 hopeless ones were judged
+    (plan,) = run(r)
+    assert plan.pod.name == "late" and evictor.evictions == ["b7"]
