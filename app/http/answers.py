@@ -1,0 +1,48 @@
+"""Answers assembled from prebuilt bytes: the node table keeps each node's name as a JSON key and as
+the start of its HostPriority, so a 15,000-node answer is one join, with no dict or bytes object
+built per node and no name encoded again."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import msgspec
+
+__all__ = ["host_priority_raw", "node_reasons_raw"]
+
+_encode = msgspec.json.Encoder().encode
+
+# What closes a prebuilt '{"Host":...,"Score":' for each score 0..10, and the comma before the next.
+_SCORE_TAIL = [f"{score}}},".encode() for score in range(11)]
+
+
+def _joined(heads: Sequence[bytes], tails: Iterable[bytes], opening: bytes, closing: bytes) -> bytes:
+    """``opening``, then each head followed by its tail, then ``closing``, joined once: no bytes object
+    built per entry. Every tail ends with a comma; the last one's becomes ``closing``."""
+    parts: list[bytes] = [b""] * (2 * len(heads))
+    parts[0::2] = heads
+    parts[1::2] = tails
+    parts[0] = opening + heads[0]
+    parts[-1] = parts[-1][:-1] + closing
+    return b"".join(parts)
+
+
+def host_priority_raw(hosts: Sequence[bytes], scores: Sequence[int]) -> msgspec.Raw:
+    """``HostPriorityList`` from per-node prebuilt ``{"Host":"<name>","Score":`` prefixes: no dict per
+    node, no re-encoding of names (scores are 0..10)."""
+    if len(hosts) != len(scores):
+        raise ValueError(f"{len(hosts)} hosts but {len(scores)} scores")
+    if not hosts:
+        return msgspec.Raw(b"[]")
+    return msgspec.Raw(_joined(hosts, map(_SCORE_TAIL.__getitem__, scores), b"[", b"]"))
+
+
+def node_reasons_raw(keys: Iterable[bytes], reasons: Sequence[str], reason_index: Iterable[int]) -> msgspec.Raw:
+    """A map of node name to reason (``FailedNodes``) from per-node prebuilt ``"<name>":`` keys and
+    the index of each node's reason in ``reasons``: names are not encoded again, and reasons (a few
+    distinct strings) once each."""
+    heads = list(keys)
+    if not heads:
+        return msgspec.Raw(b"{}")
+    tails = [_encode(reason) + b"," for reason in reasons]
+    return msgspec.Raw(_joined(heads, map(tails.__getitem__, reason_index), b"{", b"}"))
