@@ -45,7 +45,6 @@ from allocator import (
     DeviceClass,
     DeviceID,
     NodeRef,
-    PoolCounters,
     ResourceClaim,
     ResourceSlice,
     SelectorCache,
@@ -54,6 +53,7 @@ from allocator import (
     allocated_shares,
 )
 from allocator.taints import DeviceTaintRule, TaintRules
+from app.cluster import dra_views
 from app.cluster.changes import ChangeSignal
 from app.cluster.dra_extended import Amounts, ExtendedResources, Held, held
 from app.cluster.relist import apply_relist
@@ -113,10 +113,6 @@ def _devices_of(claim: ResourceClaim | None) -> list[DeviceID]:
     if claim is None or claim.allocation is None:
         return []
     return [r.id for r in claim.allocation.devices]
-
-
-def _number(value: Fraction) -> int | float:
-    return value.numerator if value.denominator == 1 else float(value)
 
 
 @dataclass
@@ -283,7 +279,7 @@ class DraState:
                 name = self.inflight[holder].pod if what != "claim" and holder in self.inflight else holder
                 entry: dict[str, Any] = {"holder": f"{what} {name}", "shareID": share_id}
                 if consumed is not None:
-                    entry["consumed"] = {k: _number(v) for k, v in consumed.items()}
+                    entry["consumed"] = {k: dra_views.number(v) for k, v in consumed.items()}
                 out.append(entry)
         return out
 
@@ -362,78 +358,10 @@ class DraState:
     # ------------------------------------------------------------------ /debug
     def node_view(self, name: str) -> dict[str, Any] | None:
         """A node's pools in allocation order with their priorities and who holds each device."""
-        ref = self._node_refs.get(name)
-        if ref is None:
-            return None
-        pools = self.slices.pools_for(ref)
-        if not pools.gathered:
-            return None
-        free = allocated = 0
-        out = []
-        for pool in pools.gathered:
-            slices = []
-            for s in pool.slices:
-                devices = []
-                for device in s.devices:
-                    device_id = DeviceID(pool.driver, pool.name, device.name)
-                    holder = self.holder(device_id)
-                    entry: dict[str, Any] = {"name": device.name, "holder": holder or None}
-                    if device.capacity:
-                        entry["capacity"] = {k: c.text for k, c in device.capacity.items()}
-                    if device.allow_multiple_allocations:
-                        entry["shares"] = self.shares(device_id)
-                        holder = holder or ("shared" if entry["shares"] else "")
-                    if device.consumes_counters:
-                        entry["consumesCounters"] = {
-                            use.counter_set: {k: _number(v) for k, v in use.counters.items()}
-                            for use in device.consumes_counters
-                        }
-                    if device.unsupported:
-                        entry["neverAllocated"] = device.unsupported
-                    elif pool.usable:
-                        if holder:
-                            allocated += 1
-                        else:
-                            free += 1
-                    devices.append(entry)
-                slices.append({"name": s.name, "priority": s.priority, "devices": devices})
-            view: dict[str, Any] = {
-                "driver": pool.driver,
-                "pool": pool.name,
-                "priority": pool.priority,
-                "generation": pool.generation,
-                "problem": pool.problem or None,
-                "slices": slices,
-            }
-            if pool.counters is not None:
-                view["counters"] = self._counter_view(pool.counters)
-            out.append(view)
-        return {"freeDevices": free, "allocatedDevices": allocated, "pools": out}
-
-    def _counter_view(self, counters: PoolCounters) -> dict[str, Any]:
-        """Per counter set and counter: its total and what allocated and in-flight devices leave."""
-        allocated, shared = self.allocated_view(), self.shared_view()
-        left = counters.available(lambda d: d in allocated or d in shared)
-        return {
-            name: {c: {"total": _number(v), "available": _number(left[(name, c)])} for c, v in values.items()}
-            for name, values in counters.sets.items()
-        }
+        return dra_views.node_view(self, name)
 
     def inflight_view(self) -> list[dict[str, Any]]:
-        now = self.clock()
-        return [
-            {
-                "pod": e.pod,
-                "uid": e.pod_uid,
-                "node": e.node,
-                "claims": sorted(e.claims),
-                "devices": [str(d) for d in e.devices],
-                "shares": [f"{share.device}/{share.share_id}" for share in e.shares],
-                "ageSeconds": round(now - e.started_at, 3),
-                "expiresInSeconds": round(e.expires_at - now, 3),
-            }
-            for e in self.inflight.values()
-        ]
+        return dra_views.inflight_view(self)
 
     def counts(self) -> dict[str, int]:
         return {
