@@ -319,7 +319,7 @@ class _Search:
         return (
             not self._in_use(c, candidate.id, alt.admin_access)
             and self._selectable_for(i, candidate, alt)
-            and _tolerated(candidate, alt.tolerations, self.rules)
+            and ((not candidate.device.taints and not self.rules) or _tolerated(candidate, alt.tolerations, self.rules))
         )
 
     @staticmethod
