@@ -42,6 +42,17 @@ def in_queue(pod: dict[str, Any], queue: str, label: str = "kueue.x-k8s.io/queue
     return pod
 
 
+def lending_cluster_queue(name: str, flavor: str, nominal_gpus: int = 4) -> dict[str, Any]:
+    """A ClusterQueue of cohort "gpus" with ``nominal_gpus`` GPUs of ``flavor`` that reclaims what it
+    lent (reclaimWithinCohort: Any): the lender and the borrower of the reclaim tests."""
+    gpus = {"name": "nvidia.com/gpu", "nominalQuota": nominal_gpus}
+    group = {"coveredResources": ["nvidia.com/gpu"], "flavors": [{"name": flavor, "resources": [gpus]}]}
+    return {
+        "metadata": {"name": name},
+        "spec": {"cohortName": "gpus", "preemption": {"reclaimWithinCohort": "Any"}, "resourceGroups": [group]},
+    }
+
+
 def pod_obj(
     name: str,
     *,

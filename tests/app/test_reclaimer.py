@@ -15,7 +15,7 @@ from app.config import ConfigError, parse_config
 from app.operator.metrics import Metrics
 from app.pipeline.reclaimer import Reclaimer
 from tests.app.test_admission_order import T0, stamp
-from tests.conftest import in_queue, make_service, node_obj, pod_obj
+from tests.conftest import in_queue, lending_cluster_queue, make_service, node_obj, pod_obj
 
 GPU = "nvidia.com/gpu"
 
@@ -23,24 +23,9 @@ GPU = "nvidia.com/gpu"
 def cohort(reclaim: dict[str, Any] | None = None) -> dict[str, Any]:
     """lender and borrower, 4 GPUs nominal each, one cohort; the borrower may take all 8."""
 
-    def cq(name: str) -> dict[str, Any]:
-        return {
-            "metadata": {"name": name},
-            "spec": {
-                "cohortName": "gpus",
-                "preemption": {"reclaimWithinCohort": "Any"},
-                "resourceGroups": [
-                    {
-                        "coveredResources": [GPU],
-                        "flavors": [{"name": "default", "resources": [{"name": GPU, "nominalQuota": 4}]}],
-                    }
-                ],
-            },
-        }
-
     section: dict[str, Any] = {
         "resourceFlavors": [{"metadata": {"name": "default"}}],
-        "clusterQueues": [cq("lender"), cq("borrower")],
+        "clusterQueues": [lending_cluster_queue(q, "default") for q in ("lender", "borrower")],
         "localQueues": [
             {"metadata": {"name": "lq", "namespace": ns}, "spec": {"clusterQueue": ns}} for ns in ("lender", "borrower")
         ],

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import GPU, GROUP_LABEL, Group
+from tests.conftest import lending_cluster_queue
+from tests.e2e.conftest import GROUP_LABEL, Group
 from tests.e2e.controlplane import extender_config
 from tests.e2e.process import wait_for
 
@@ -23,25 +24,10 @@ LENDERS = ["l0", "l1"]
 
 
 def config(group: Group, mode: str) -> dict[str, Any]:
-    def cq(name: str) -> dict[str, Any]:
-        return {
-            "metadata": {"name": name},
-            "spec": {
-                "cohortName": "gpus",
-                "preemption": {"reclaimWithinCohort": "Any"},
-                "resourceGroups": [
-                    {
-                        "coveredResources": [GPU],
-                        "flavors": [{"name": "e2e-gpus", "resources": [{"name": GPU, "nominalQuota": 4}]}],
-                    }
-                ],
-            },
-        }
-
     cfg = extender_config()
     cfg["queues"] = {
         "resourceFlavors": [{"metadata": {"name": "e2e-gpus"}, "spec": {"nodeLabels": {GROUP_LABEL: group.name}}}],
-        "clusterQueues": [cq("lender"), cq("borrower")],
+        "clusterQueues": [lending_cluster_queue(q, "e2e-gpus") for q in ("lender", "borrower")],
         "localQueues": [
             {"metadata": {"name": name, "namespace": group.name}, "spec": {"clusterQueue": name}}
             for name in ("lender", "borrower")
