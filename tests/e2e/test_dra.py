@@ -143,16 +143,14 @@ def _slice(name: str, driver: str, node: str, spec: dict[str, Any]) -> dict[str,
     }
 
 
-def _device_class(group: Group) -> str:
+def _device_class(group: Group, extended_resource_name: str = "") -> str:
     driver = f"{group.name}.gpu.example.com"
+    spec: dict[str, Any] = {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]}
+    if extended_resource_name:
+        spec["extendedResourceName"] = extended_resource_name
     group.api.create(
         f"{RESOURCE}/deviceclasses",
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "DeviceClass",
-            "metadata": {"name": driver},
-            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]},
-        },
+        {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": driver}, "spec": spec},
     )
     return driver
 
@@ -349,19 +347,7 @@ def test_cpu_pods_keep_off_a_dra_only_gpu_node(group: Group) -> None:
     """Issue 16 part 6: a DeviceClass with extendedResourceName nvidia.com/gpu makes the GPUs a DRA
     driver publishes a resource type of their node, so ScarceResourceAvoidance steers CPU-only pods
     to the node without GPUs (without it the two nodes look alike and kube-scheduler spreads them)."""
-    driver = f"{group.name}.gpu.example.com"
-    group.api.create(
-        f"{RESOURCE}/deviceclasses",
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "DeviceClass",
-            "metadata": {"name": driver},
-            "spec": {
-                "selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}],
-                "extendedResourceName": "nvidia.com/gpu",
-            },
-        },
-    )
+    driver = _device_class(group, extended_resource_name="nvidia.com/gpu")
     gpu_node = group.node("dra", gpus=None)
     cpu_node = group.node("cpu", gpus=None)
     try:
