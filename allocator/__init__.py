@@ -13,6 +13,7 @@ HTTP, no Kubernetes client, like kube-scheduler's structured allocator.
   of partitionable devices; ``constraints`` - matchAttribute / distinctAttribute; ``taints`` - device
   taints and DeviceTaintRules; ``binding`` - whether binding conditions let a claim's pod bind;
 * ``extended`` - a DeviceClass's extendedResourceName counted on a node, for scoring;
+  ``extended_claim`` - the special claim that serves such a name to a pod's containers;
 * ``nodeselector`` / ``result`` - core/v1 NodeSelector matching, allocation JSON.
 """
 
@@ -29,6 +30,15 @@ from allocator.cel import SelectorCache, SelectorError
 from allocator.counters import PoolCounters
 from allocator.errors import AllocatorError
 from allocator.extended import class_devices, device_use, extended_resource_classes
+from allocator.extended_claim import (
+    EXTENDED_RESOURCE_CLAIM_ANNOTATION,
+    ExtendedClaimPlan,
+    RequestMapping,
+    claim_object,
+    device_class_mapping,
+    is_extended_resource_claim,
+    plan_extended_claim,
+)
 from allocator.nodeselector import node_selector_matches, node_selector_to_obj
 from allocator.parse import (
     ParseError,
@@ -61,6 +71,7 @@ from allocator.types import (
 )
 
 __all__ = [
+    "EXTENDED_RESOURCE_CLAIM_ANNOTATION",
     "NO_SHARES",
     "NO_TAINT_RULES",
     "POOL_PRIORITY_ANNOTATION",
@@ -77,12 +88,14 @@ __all__ = [
     "DeviceID",
     "DeviceRequestAllocationResult",
     "DeviceTaintRule",
+    "ExtendedClaimPlan",
     "NodePools",
     "NodeRef",
     "NodeSelector",
     "ParseError",
     "Pool",
     "PoolCounters",
+    "RequestMapping",
     "ResourceClaim",
     "ResourceClaimConsumer",
     "ResourceSlice",
@@ -95,9 +108,12 @@ __all__ = [
     "allocated_device_ids",
     "allocated_shares",
     "allocation_to_obj",
+    "claim_object",
     "class_devices",
+    "device_class_mapping",
     "device_use",
     "extended_resource_classes",
+    "is_extended_resource_claim",
     "node_selector_matches",
     "node_selector_to_obj",
     "parse_allocation",
@@ -106,4 +122,5 @@ __all__ = [
     "parse_node_selector",
     "parse_resource_claim",
     "parse_resource_slice",
+    "plan_extended_claim",
 ]

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from scoring.errors import ScoringError
-from scoring.resources import CPU, MEMORY, PodResources, is_scored_resource_name
+from scoring.resources import CPU, MEMORY, ContainerExtendedRequest, PodResources, is_scored_resource_name
 
 __all__ = [
     "MAX_EXTENDER_PRIORITY",
@@ -74,6 +74,10 @@ class PodInfo:
     # template's claim has not been created (the scheduler's PreEnqueue would hold it back).
     claims: tuple[PodClaimRef, ...] = ()
     claims_pending: str = ""
+    # Container requests of extended resources a DeviceClass may serve (DRAExtendedResource), and
+    # the special ResourceClaim kube-scheduler 1.36 records in status.extendedResourceClaimStatus.
+    extended_requests: tuple[ContainerExtendedRequest, ...] = ()
+    extended_claim: str = ""
     # Only the queue labels (kueue.x-k8s.io/queue-name, kai.scheduler/queue), as sorted pairs.
     queue_labels: tuple[tuple[str, str], ...] = ()
     # What queue policy reads from the API object (not the scheduler): when the cluster admitted the

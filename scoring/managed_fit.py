@@ -3,7 +3,8 @@
 With ``managedResources: [{name: nvidia.com/gpu, ignoredByScheduler: true}]`` kube-scheduler's own
 NodeResourcesFit no longer checks the GPU count, so this check does: allocatable minus what bound
 and assumed pods request. Like the in-tree plugin, a pod that could not fit even on the empty node
-is UnschedulableAndUnresolvable (no preemption can help); otherwise it is Unschedulable.
+is UnschedulableAndUnresolvable (no preemption can help); otherwise it is Unschedulable. On a node
+that does not advertise a resource that DRA devices serve there, the DRA participant decides.
 """
 
 from __future__ import annotations
@@ -33,16 +34,27 @@ class ManagedResourcesFit:
         self.resources = tuple(dict.fromkeys(resources))
 
     def filter(self, pod: PodInfo, node: NodeInfo) -> Status:
-        return self.fits(pod, node.allocatable, node.requested)
+        return self.fits(pod, node.allocatable, node.requested, node.dra_allocatable)
 
-    def fits(self, pod: PodInfo, allocatable: Mapping[str, int], requested: Mapping[str, int]) -> Status:
-        """Check against explicit totals (preemption passes the node's usage minus its victims)."""
+    def fits(
+        self,
+        pod: PodInfo,
+        allocatable: Mapping[str, int],
+        requested: Mapping[str, int],
+        dra_allocatable: Mapping[str, int] | None = None,
+    ) -> Status:
+        """Check against explicit totals (preemption passes the node's usage minus its victims).
+
+        A resource the node does not advertise but DRA devices serve there (DRAExtendedResource) is
+        left to the DRA allocator, as NodeResourcesFit leaves it to DynamicResources."""
         unschedulable: Status | None = None
         for resource in self.resources:
             want = pod.resources.requests.get(resource, 0)
             if want <= 0:
                 continue
             capacity = allocatable.get(resource, 0)
+            if capacity <= 0 and dra_allocatable and dra_allocatable.get(resource, 0) > 0:
+                continue
             if want > capacity:
                 return Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, insufficient_reason(resource))
             if unschedulable is None and requested.get(resource, 0) + want > capacity:
@@ -60,8 +72,12 @@ class ManagedResourcesFit:
             if want <= 0:
                 continue
             capacity = batch.allocatable(resource)
-            unresolvable[(want > capacity) & (unresolvable < 0)] = index
-            unschedulable[(batch.requested(resource) + want > capacity) & (unschedulable < 0)] = index
+            checked: npt.NDArray[np.bool_] | bool = True
+            if resource in batch.table.dra_allocatable:  # nodes where DRA serves it are the allocator's
+                dra = batch.table.gather(batch.table.dra_allocatable, resource, batch.rows, batch.known)
+                checked = (capacity > 0) | (dra <= 0)
+            unresolvable[(want > capacity) & (unresolvable < 0) & checked] = index
+            unschedulable[(batch.requested(resource) + want > capacity) & (unschedulable < 0) & checked] = index
         # Reasons 0..n-1 are "never fits" per resource, n..2n-1 "does not fit now".
         count = len(self.resources)
         never = [Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, insufficient_reason(r)) for r in self.resources]

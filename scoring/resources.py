@@ -17,11 +17,16 @@ __all__ = [
     "CPU",
     "DEFAULT_MEMORY_REQUEST",
     "DEFAULT_MILLI_CPU_REQUEST",
+    "DEVICE_CLASS_RESOURCE_PREFIX",
     "EPHEMERAL_STORAGE",
     "MEMORY",
     "PODS",
+    "ContainerExtendedRequest",
     "PodResources",
     "ResourceList",
+    "container_extended_requests",
+    "is_dra_extended_resource_name",
+    "is_extended_resource_name",
     "is_scalar_resource_name",
     "is_scored_resource_name",
     "parse_resource_list",
@@ -50,6 +55,56 @@ def is_scalar_resource_name(name: str) -> bool:
     if "kubernetes.io/" in name:  # prefixed native resource
         return True
     return "/" in name and not name.startswith("requests.")
+
+
+# The implicit extended resource of every DeviceClass (DRAExtendedResource): this prefix + the class name.
+DEVICE_CLASS_RESOURCE_PREFIX = "deviceclass.resource.kubernetes.io/"
+
+
+def is_extended_resource_name(name: str) -> bool:
+    """v1helper.IsExtendedResourceName: ``domain/name`` outside kubernetes.io, not ``requests.``-prefixed."""
+    if "/" not in name or name.startswith("requests."):
+        return False
+    domain = name.split("/", 1)[0]
+    return domain != "kubernetes.io" and not domain.endswith(".kubernetes.io")
+
+
+def is_dra_extended_resource_name(name: str) -> bool:
+    """schedutil.IsDRAExtendedResourceName: a resource a DeviceClass can serve (explicitly or implicitly)."""
+    return is_extended_resource_name(name) or name.startswith(DEVICE_CLASS_RESOURCE_PREFIX)
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerExtendedRequest:
+    """One container's request of a resource DRA could serve, as upstream names its device request:
+    ``container`` is the index in initContainers + containers, ``position`` the resource's index
+    among the container's request names in sorted order."""
+
+    container: int
+    container_name: str
+    resource: str
+    amount: int
+    position: int
+    short_lived: bool  # an init container that is not a sidecar (restartPolicy Always)
+
+
+def container_extended_requests(spec: Mapping[str, Any]) -> tuple[ContainerExtendedRequest, ...]:
+    """Every integer request of a DRA-capable extended resource, per container (requests as the API
+    stores them: limits defaulted into requests). Raises ``QuantityError`` like ``pod_resources``."""
+    init_containers = spec.get("initContainers") or []
+    containers = [*init_containers, *(spec.get("containers") or [])]
+    out: list[ContainerExtendedRequest] = []
+    for index, container in enumerate(containers):
+        requests = _container_requests(container)
+        names = sorted(requests)
+        short_lived = index < len(init_containers) and container.get("restartPolicy") != "Always"
+        for position, name in enumerate(names):
+            amount = requests[name]
+            if not is_dra_extended_resource_name(name) or amount <= 0 or amount.denominator != 1:
+                continue
+            label = str(container.get("name", ""))
+            out.append(ContainerExtendedRequest(index, label, name, int(amount), position, short_lived))
+    return tuple(out)
 
 
 def is_scored_resource_name(name: str) -> bool:

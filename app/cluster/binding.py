@@ -9,6 +9,7 @@ from typing import Any
 from allocator import (
     AllocationResult,
     ParseError,
+    RequestMapping,
     ResourceClaim,
     allocation_to_obj,
     parse_allocation,
@@ -169,6 +170,58 @@ class ApiClaimWriter:
         stored = await self._update(claim, change)
         assert stored is not None
         return stored
+
+    async def create(self, obj: dict[str, Any]) -> ResourceClaim:
+        """Create a claim (the special claim of extended resources); the API server names it."""
+        namespace = obj["metadata"]["namespace"]
+        path = f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims"
+        try:
+            stored = await self.client.create(path, obj)
+        except ApiError as exc:
+            base = obj["metadata"].get("generateName", "")
+            raise ClaimWriteError(
+                f"creating resourceclaim {namespace}/{base}*: {exc}", definite=exc.status != 0
+            ) from exc
+        try:
+            return parse_resource_claim(stored)
+        except ParseError as exc:  # the API server's own answer: not expected, but not a crash either
+            raise ClaimWriteError(f"the created resourceclaim is unreadable: {exc}", definite=False) from exc
+
+    async def delete(self, claim: ResourceClaim) -> None:
+        """Drop our finalizer, then delete the claim (by UID); gone already is fine."""
+
+        async def change(obj: dict[str, Any]) -> dict[str, Any]:
+            metadata = obj.setdefault("metadata", {})
+            finalizers = metadata.get("finalizers") or []
+            if FINALIZER not in finalizers:
+                return obj
+            metadata["finalizers"] = [f for f in finalizers if f != FINALIZER]
+            return await self._put(claim, obj, "remove finalizer", status=False)
+
+        if await self._update(claim, change, gone_ok=True) is None:
+            return
+        try:
+            await self.client.delete(_claim_path(claim), claim.uid)
+        except ApiError as exc:
+            if exc.status not in (404, 409):  # 409: the UID precondition, a claim re-created meanwhile
+                raise _write_error(claim, "delete", exc) from exc
+
+    async def record_extended_claim(self, pod: PodInfo, claim: str, mappings: tuple[RequestMapping, ...]) -> None:
+        """``status.extendedResourceClaimStatus`` of the pod: the claim and which request serves which
+        container's resource (the kubelet reads it to hand the devices to the containers)."""
+        recorded = {
+            "resourceClaimName": claim,
+            "requestMappings": [
+                {"containerName": m.container_name, "resourceName": m.resource_name, "requestName": m.request_name}
+                for m in mappings
+            ],
+        }
+        path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status"
+        try:
+            await self.client.merge_patch(path, {"status": {"extendedResourceClaimStatus": recorded}})
+        except ApiError as exc:
+            message = f"pod {pod.key}: recording extended-resource claim {claim}: {exc}"
+            raise ClaimWriteError(message, definite=exc.status != 0) from exc
 
     async def release(
         self, claim: ResourceClaim, pod: PodInfo, allocation: AllocationResult | None

@@ -111,6 +111,11 @@ class ClusterCache:
         """The immutable snapshot of a known node (allocatable + usage)."""
         return self._snapshots.get(name)
 
+    def allocatable(self, name: str) -> Mapping[str, int] | None:
+        """A known node's allocatable (what kubelet and device plugins advertise)."""
+        node = self._snapshots.get(name)
+        return None if node is None else node.allocatable
+
     def node_info_for(self, name: str, allocatable: Mapping[str, int]) -> NodeInfo:
         """A snapshot for a node the cache does not know, from allocatable given in a request."""
         return self._build(name, allocatable)

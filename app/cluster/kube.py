@@ -29,6 +29,7 @@ _HEADERS = {
     "Content-Type": "application/json",
     "User-Agent": "kube-gpu-extender/0.1.0",
 }
+_MERGE_PATCH = "application/merge-patch+json"
 
 
 class ApiError(Exception):
@@ -252,13 +253,34 @@ class KubeClient:
         """Create (an Eviction, an Event); the answer's body is not needed."""
         await self._send("POST", path, msgspec.json.encode(obj), f"POST {path}")
 
-    async def _send(self, method: str, path: str, content: bytes | None, where: str) -> tuple[int, bytes]:
+    async def create(self, path: str, obj: dict[str, Any]) -> dict[str, Any]:
+        """Create and return the object as stored (its generated name, UID, resourceVersion)."""
+        return await self._call("POST", path, msgspec.json.encode(obj))
+
+    async def delete(self, path: str, uid: str = "") -> None:
+        """Delete, with the object's UID as precondition when given (404 when it is gone)."""
+        body = None
+        if uid:
+            options = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
+            body = msgspec.json.encode(options)
+        await self._send("DELETE", path, body, f"DELETE {path}")
+
+    async def merge_patch(self, path: str, patch: dict[str, Any]) -> dict[str, Any]:
+        """A JSON merge patch (RFC 7386)."""
+        return await self._call("PATCH", path, msgspec.json.encode(patch), _MERGE_PATCH)
+
+    async def _send(
+        self, method: str, path: str, content: bytes | None, where: str, content_type: str | None = None
+    ) -> tuple[int, bytes]:
         """One request answered 200 or 201: its status and body. Otherwise an ApiError: the server's
         status, or a timeout or transport failure (status 0: the request may have been applied) whose
         message starts with ``where``."""
         try:
+            headers = self._headers()
+            if content_type is not None:
+                headers = {**(headers or {}), "Content-Type": content_type}
             async with self._http().request(
-                method, self.base_url + path, data=content, headers=self._headers(), proxy=self._proxy
+                method, self.base_url + path, data=content, headers=headers, proxy=self._proxy
             ) as response:
                 _logged(response)
                 body = await response.read()
@@ -272,8 +294,10 @@ class KubeClient:
             raise _error(response.status, response.reason or "", response.headers, body)
         return response.status, body
 
-    async def _call(self, method: str, path: str, content: bytes | None = None) -> dict[str, Any]:
-        status, body = await self._send(method, path, content, f"{method} {path}")
+    async def _call(
+        self, method: str, path: str, content: bytes | None = None, content_type: str | None = None
+    ) -> dict[str, Any]:
+        status, body = await self._send(method, path, content, f"{method} {path}", content_type)
         obj = _decode(body)
         if not isinstance(obj, dict):
             raise ApiError(f"{method} {path}: the answer is not an object", status=status)

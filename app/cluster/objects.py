@@ -16,7 +16,7 @@ from fairshare.errors import QueueConfigError
 from fairshare.flavor import NodeSelectorRequirement, PodPlacement, parse_toleration
 from k8s_semantics.quantity import QuantityError
 from scoring.framework import PodClaimRef, PodInfo
-from scoring.resources import parse_resource_list, pod_resources
+from scoring.resources import container_extended_requests, parse_resource_list, pod_resources
 
 __all__ = [
     "CONVERTERS",
@@ -87,6 +87,7 @@ def pod_from_obj(obj: Mapping[str, Any]) -> PodInfo:
     name = metadata["name"]
     try:
         resources = pod_resources(spec)
+        extended_requests = container_extended_requests(spec)
     except QuantityError as exc:
         raise ObjectError(f"Pod {namespace}/{name}: {exc}") from None
     except (AttributeError, TypeError) as exc:
@@ -110,12 +111,21 @@ def pod_from_obj(obj: Mapping[str, Any]) -> PodInfo:
         terminal=phase in TERMINAL_PHASES,
         claims=claims,
         claims_pending=claims_pending,
+        extended_requests=extended_requests,
+        extended_claim=_extended_claim(status),
         queue_labels=_queue_labels(metadata.get("labels")),
         admitted_at=_admitted_at(metadata, spec, status),
         owner_uid=_controller_uid(metadata.get("ownerReferences")),
         pod_group=_pod_group(namespace, metadata),
         terminating=bool(metadata.get("deletionTimestamp")),
     )
+
+
+def _extended_claim(status: Mapping[str, Any]) -> str:
+    """status.extendedResourceClaimStatus.resourceClaimName, "" when absent or malformed."""
+    recorded = status.get("extendedResourceClaimStatus")
+    name = recorded.get("resourceClaimName") if isinstance(recorded, Mapping) else None
+    return name if isinstance(name, str) else ""
 
 
 def parse_time(value: Any) -> float | None:

@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 import yaml
 
-from allocator import AllocationResult, ResourceClaim, ResourceClaimConsumer
+from allocator import AllocationResult, RequestMapping, ResourceClaim, ResourceClaimConsumer, parse_resource_claim
 from app.cluster.cache import ClusterCache
 from app.cluster.dra import DraState
 from app.cluster.objects import CONVERTERS, ObjectError
@@ -166,6 +166,8 @@ class SnapshotClaimWriter:
     def __init__(self, dra: DraState) -> None:
         self.dra = dra
         self.writes: list[tuple[str, str]] = []  # (claim key, what), for tests and /debug
+        self.extended_claims: dict[str, tuple[str, tuple[RequestMapping, ...]]] = {}  # pod -> its status record
+        self._created = 0
 
     def _current(self, claim: ResourceClaim) -> ResourceClaim:
         current = self.dra.claims.get(claim.key)
@@ -198,6 +200,22 @@ class SnapshotClaimWriter:
             return current
         consumer = ResourceClaimConsumer("pods", pod.name, pod.uid)
         return self._store(current, "status", reserved_for=(*current.reserved_for, consumer))
+
+    async def create(self, obj: dict[str, Any]) -> ResourceClaim:
+        self._created += 1
+        metadata = obj["metadata"]
+        name = f"{metadata['generateName']}{self._created:05d}"
+        uid = f"snapshot-claim-{self._created}"
+        stored = {**obj, "metadata": {**metadata, "name": name, "uid": uid, "resourceVersion": "1"}}
+        self.writes.append((f"{metadata['namespace']}/{name}", "create"))
+        return parse_resource_claim(stored)
+
+    async def delete(self, claim: ResourceClaim) -> None:
+        self.writes.append((claim.key, "delete"))
+
+    async def record_extended_claim(self, pod: PodInfo, claim: str, mappings: tuple[RequestMapping, ...]) -> None:
+        self.extended_claims[pod.key] = (claim, mappings)
+        self.writes.append((pod.key, "extendedResourceClaimStatus"))
 
     async def release(
         self, claim: ResourceClaim, pod: PodInfo, allocation: AllocationResult | None

@@ -32,7 +32,7 @@ def build_pipeline(
     participants: list[Participant] = [fit]
     # Pods with ResourceClaims are ours to allocate only when DRA is on and claims can be written.
     if config.dra.enabled and claim_writer is not None:
-        dra = DynamicResources(cache.dra, wall_clock=wall_clock)
+        dra = DynamicResources(cache.dra, wall_clock=wall_clock, allocatable=cache.allocatable)
         participants.append(DraClaims(dra, claim_writer, config.dra.bindingTimeoutSeconds))
     if fairness is not None:
         participants.append(Queues(fairness))

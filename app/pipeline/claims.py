@@ -35,7 +35,7 @@ class DraClaims(Participant):
         self.waiting: dict[str, dict[str, Any]] = {}
 
     def applies(self, pod: PodInfo) -> bool:
-        return bool(pod.claims or pod.claims_pending)
+        return bool(pod.claims or pod.claims_pending or pod.extended_requests)
 
     def filter(self, cycle: FilterCycle) -> None:
         pod, positions = cycle.pod, cycle.passing()
@@ -45,6 +45,8 @@ class DraClaims(Participant):
                 for position in positions:
                     cycle.verdicts.set(position, claims)
                 return
+            if not claims.allocated and not claims.unallocated and claims.extended is None:
+                return  # only extended resources no DeviceClass serves: device plugins' business
             by_name = {cycle.names[position]: position for position in positions}
             for name, status in self.dra.filter_nodes(pod, claims, list(by_name)).items():
                 cycle.verdicts.set(by_name[name], status)

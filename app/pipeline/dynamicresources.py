@@ -24,17 +24,25 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from allocator import (
     AllocationError,
     AllocationResult,
     Allocator,
+    DeviceRequestAllocationResult,
+    ExtendedClaimPlan,
+    RequestMapping,
     ResourceClaim,
     Unschedulable,
+    claim_object,
+    device_class_mapping,
+    is_extended_resource_claim,
     node_selector_matches,
+    parse_resource_claim,
+    plan_extended_claim,
 )
 from app.cluster.dra import DraState
 from app.cluster.writes import ClaimWriteError
@@ -66,13 +74,50 @@ class ClaimWriter(Protocol):
         self, claim: ResourceClaim, pod: PodInfo, allocation: AllocationResult | None
     ) -> ResourceClaim | None: ...
 
+    async def create(self, obj: dict[str, object]) -> ResourceClaim: ...
+
+    async def delete(self, claim: ResourceClaim) -> None: ...
+
+    async def record_extended_claim(self, pod: PodInfo, claim: str, mappings: tuple[RequestMapping, ...]) -> None: ...
+
+
+# The in-memory name of the special claim until the API server names it (not a valid name, as upstream).
+SPECIAL_CLAIM_NAME = "<extended-resources>"
+
+
+@dataclass(slots=True)
+class ExtendedClaims:
+    """The pod's extended resources that DeviceClasses serve (DRAExtendedResource), and the special
+    claim each node needs: only the resources the node does not advertise through a device plugin."""
+
+    pod: PodInfo
+    classes: Mapping[str, str]  # resource -> DeviceClass name, for the resources the pod asks for
+    _by_need: dict[frozenset[str], tuple[ResourceClaim, ExtendedClaimPlan] | None] = field(default_factory=dict)
+
+    def for_node(self, allocatable: Mapping[str, int] | None) -> tuple[ResourceClaim, ExtendedClaimPlan] | None:
+        served = allocatable or {}
+        need = frozenset(r for r in self.classes if served.get(r, 0) <= 0)
+        if need not in self._by_need:
+            self._by_need[need] = self._claim(need)
+        return self._by_need[need]
+
+    def _claim(self, need: frozenset[str]) -> tuple[ResourceClaim, ExtendedClaimPlan] | None:
+        plan = plan_extended_claim(self.pod.extended_requests, {r: self.classes[r] for r in need})
+        if plan is None:
+            return None
+        obj = claim_object(self.pod.namespace, self.pod.name, self.pod.uid, plan)
+        obj["metadata"] |= {"name": SPECIAL_CLAIM_NAME, "uid": f"extended-resources/{self.pod.uid}"}
+        return parse_resource_claim(obj), plan
+
 
 @dataclass(frozen=True, slots=True)
 class PodClaims:
-    """PreFilter's answer for a pod: its claims split by whether they still need devices."""
+    """PreFilter's answer for a pod: its claims split by whether they still need devices, and the
+    extended resources DRA may serve."""
 
     allocated: tuple[ResourceClaim, ...]
     unallocated: tuple[ResourceClaim, ...]
+    extended: ExtendedClaims | None = None
 
     @property
     def unallocated_keys(self) -> tuple[str, ...]:
@@ -86,10 +131,12 @@ class Reservation:
     node: str
     allocate: tuple[tuple[ResourceClaim, AllocationResult], ...]
     reserve: tuple[ResourceClaim, ...]  # already allocated; only the pod's reservation is added
+    # The special claim to create (with its allocation and the pod's request mappings).
+    extended: tuple[ResourceClaim, AllocationResult, ExtendedClaimPlan] | None = None
 
     @property
     def empty(self) -> bool:
-        return not self.allocate and not self.reserve
+        return not self.allocate and not self.reserve and self.extended is None
 
 
 def _unresolvable(reason: str) -> Status:
@@ -101,9 +148,15 @@ def _rfc3339(seconds: float) -> str:
 
 
 class DynamicResources:
-    def __init__(self, state: DraState, wall_clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        state: DraState,
+        wall_clock: Callable[[], float] = time.time,
+        allocatable: Callable[[str], Mapping[str, int] | None] = lambda node: None,
+    ) -> None:
         self.state = state
         self.wall_clock = wall_clock
+        self.allocatable = allocatable  # a node's allocatable: what its device plugins advertise
 
     # ------------------------------------------------------------------ PreFilter
     def prefilter(self, pod: PodInfo) -> PodClaims | Status:
@@ -130,7 +183,25 @@ class DynamicResources:
             if pod.uid not in reserved and len(reserved) >= RESERVED_FOR_MAX:
                 return _unresolvable(f"resourceclaim {ref.claim!r} is reserved for too many pods")
             allocated.append(claim)
-        return PodClaims(tuple(allocated), tuple(unallocated))
+        return PodClaims(tuple(allocated), tuple(unallocated), self._extended(pod))
+
+    def _extended(self, pod: PodInfo) -> ExtendedClaims | None:
+        """The pod's requests that a DeviceClass could serve; None without any (or once bound)."""
+        if not pod.extended_requests or pod.node_name or not self.state.classes:
+            return None
+        mapping = device_class_mapping(self.state.classes.values())
+        classes = {r.resource: mapping[r.resource] for r in pod.extended_requests if r.resource in mapping}
+        return ExtendedClaims(pod, classes) if classes else None
+
+    def stale_extended_claims(self, pod: PodInfo) -> list[ResourceClaim]:
+        """Special claims a failed earlier bind of this pod left behind (upstream's PostFilter deletes them)."""
+        return [
+            claim
+            for claim in self.state.claims.values()
+            if claim.owner_pod_uid == pod.uid
+            and claim.namespace == pod.namespace
+            and is_extended_resource_claim(claim.annotations)
+        ]
 
     def _in_flight_for_other(self, claim_key: str, pod_uid: str) -> str:
         for uid, entry in self.state.inflight.items():
@@ -153,6 +224,9 @@ class DynamicResources:
         self, allocator: Allocator, claims: PodClaims, node: str
     ) -> tuple[Status, tuple[AllocationResult, ...] | None]:
         """One node; raises ``AllocationError`` when the pod itself is at fault (not the node)."""
+        wanted = self._to_allocate(claims, node)
+        if not wanted and not claims.allocated:
+            return Status(), ()  # extended resources all served by device plugins here
         ref = self.state.node_ref(node)
         if ref is None:
             return _unresolvable(REASON_NO_NODE), None
@@ -160,12 +234,18 @@ class DynamicResources:
             assert claim.allocation is not None
             if not node_selector_matches(claim.allocation.node_selector, ref):
                 return _unresolvable(REASON_NOT_ON_NODE), None
-        if not claims.unallocated:
+        if not wanted:
             return Status(), ()
-        outcome = allocator.allocate(ref, self.state.slices.pools_for(ref), claims.unallocated)
+        outcome = allocator.allocate(ref, self.state.slices.pools_for(ref), wanted)
         if isinstance(outcome, Unschedulable):
             return _unresolvable(outcome.reason), None
         return Status(), outcome.results
+
+    def _to_allocate(self, claims: PodClaims, node: str) -> tuple[ResourceClaim, ...]:
+        """The unallocated claims, and on nodes where DRA serves the pod's extended resources the
+        special claim last (upstream allocates it with the others)."""
+        special = claims.extended.for_node(self.allocatable(node)) if claims.extended is not None else None
+        return claims.unallocated if special is None else (*claims.unallocated, special[0])
 
     def filter_nodes(self, pod: PodInfo, claims: PodClaims, nodes: Sequence[str]) -> dict[str, Status]:
         """Failures among ``nodes``; records the pod's proposals for the nodes that pass."""
@@ -178,7 +258,7 @@ class DynamicResources:
                 failures[node] = status
             elif results:
                 proposals[node] = results
-        if claims.unallocated:
+        if claims.unallocated and claims.extended is None:  # the special claim differs per node: no proposals
             self.state.propose(pod.uid, claims.unallocated_keys, proposals)
         return failures
 
@@ -191,15 +271,29 @@ class DynamicResources:
         view: dict[str, object] = {"passed": status.passed, "reason": status.reason}
         if results:
             view["devices"] = {
-                claim.key: [
-                    {"request": r.request, "driver": r.driver, "pool": r.pool, "device": r.device}
-                    | ({"consumedCapacity": dict(r.consumed_capacity)} if r.consumed_capacity else {})
-                    for r in result.devices
-                ]
-                for claim, result in zip(claims.unallocated, results, strict=True)
+                claim.key: [self._explain_device(r) for r in result.devices]
+                for claim, result in zip(self._to_allocate(claims, node), results, strict=True)
             }
         if claims.allocated:
             view["alreadyAllocated"] = [claim.key for claim in claims.allocated]
+        return view
+
+    def _explain_device(self, result: DeviceRequestAllocationResult) -> dict[str, object]:
+        """One device /bind would pick: for a share, what it consumes and who else holds shares of
+        the device now; for a device with binding conditions, the conditions /bind will wait for."""
+        view: dict[str, object] = {
+            "request": result.request,
+            "driver": result.driver,
+            "pool": result.pool,
+            "device": result.device,
+        }
+        if result.consumed_capacity:
+            view["consumedCapacity"] = dict(result.consumed_capacity)
+        if result.shared:
+            view["sharedWith"] = self.state.shares(result.id)
+        if result.binding_conditions:
+            view["bindingConditions"] = list(result.binding_conditions)
+            view["bindingFailureConditions"] = list(result.binding_failure_conditions)
         return view
 
     # ------------------------------------------------------------------ Reserve
@@ -211,7 +305,9 @@ class DynamicResources:
         claims = self.prefilter(pod)
         if isinstance(claims, Status):
             return claims
-        results = self.state.proposal(pod.uid, claims.unallocated_keys, node) if claims.unallocated else ()
+        results = None
+        if claims.extended is None:
+            results = self.state.proposal(pod.uid, claims.unallocated_keys, node) if claims.unallocated else ()
         if results is None:  # no proposal for this node, or its devices were taken meanwhile: decide again
             status, results = self.filter(self.allocator(pod.uid), claims, node)
             if not status.passed:
@@ -223,11 +319,21 @@ class DynamicResources:
                 if ref is None or not node_selector_matches(claim.allocation.node_selector, ref):
                     return _unresolvable(REASON_NOT_ON_NODE)
         assert results is not None
-        allocate = tuple(zip(claims.unallocated, map(self._stamped, results), strict=True))
+        results = tuple(map(self._stamped, results))
+        count = len(claims.unallocated)
+        allocate = tuple(zip(claims.unallocated, results[:count], strict=True))
+        extended = None
+        if len(results) > count:
+            special = claims.extended.for_node(self.allocatable(node)) if claims.extended is not None else None
+            assert special is not None
+            extended = (special[0], results[count], special[1])
         reserve = tuple(c for c in claims.allocated if pod.uid not in {r.uid for r in c.reserved_for})
-        if allocate:
-            self.state.begin(pod.uid, pod.key, node, {claim.key: result for claim, result in allocate})
-        return Reservation(node, allocate, reserve)
+        held = {claim.key: result for claim, result in allocate}
+        if extended is not None:
+            held[extended[0].key] = extended[1]
+        if held:
+            self.state.begin(pod.uid, pod.key, node, held)
+        return Reservation(node, allocate, reserve, extended)
 
     def _stamped(self, allocation: AllocationResult) -> AllocationResult:
         """With binding conditions, ``allocationTimestamp`` records when the allocation was made (as
@@ -249,6 +355,8 @@ class DynamicResources:
                 stored = await writer.reserve(claim, pod)
                 self.state.upsert_claim(stored)
                 written.append((stored, None))
+            if reservation.extended is not None:
+                await self._create_extended(pod, reservation.extended, writer, written)
         except ClaimWriteError as exc:
             undone = await self.unreserve(pod, written, writer)
             if exc.definite and undone:
@@ -256,13 +364,39 @@ class DynamicResources:
             raise
         self.state.end(pod.uid)  # the claims in the cache now hold the devices
 
+    async def _create_extended(
+        self,
+        pod: PodInfo,
+        extended: tuple[ResourceClaim, AllocationResult, ExtendedClaimPlan],
+        writer: ClaimWriter,
+        written: list[tuple[ResourceClaim, AllocationResult | None]],
+    ) -> None:
+        """Upstream's PreBind for the special claim: create it (after deleting what an earlier failed
+        bind left), allocate and reserve it, then record it in the pod's status."""
+        _, allocation, plan = extended
+        for stale in self.stale_extended_claims(pod):
+            await writer.delete(stale)
+            self.state.delete_claim(stale.key)
+        created = await writer.create(claim_object(pod.namespace, pod.name, pod.uid, plan))
+        self.state.upsert_claim(created)
+        written.append((created, allocation))  # undone by deleting it
+        stored = await writer.allocate(created, allocation, pod)
+        self.state.upsert_claim(stored)
+        written[-1] = (stored, allocation)
+        await writer.record_extended_claim(pod, stored.name, plan.mappings)
+
     async def unreserve(
         self, pod: PodInfo, written: Sequence[tuple[ResourceClaim, AllocationResult | None]], writer: ClaimWriter
     ) -> bool:
-        """Undo reservations (and our allocations) in reverse order; False if any undo failed."""
+        """Undo reservations (and our allocations) in reverse order, deleting the pod's special claim;
+        False if any undo failed."""
         complete = True
         for claim, allocation in reversed(written):
             try:
+                if is_extended_resource_claim(claim.annotations) and claim.owner_pod_uid == pod.uid:
+                    await writer.delete(claim)
+                    self.state.delete_claim(claim.key)
+                    continue
                 stored = await writer.release(claim, pod, allocation)
             except ClaimWriteError as exc:
                 complete = False
@@ -281,4 +415,11 @@ class DynamicResources:
         pairs.extend((claim, None) for claim in reservation.reserve)
         for claim, allocation in pairs:
             out.append((self.state.claims.get(claim.key, claim), allocation))
+        if reservation.extended is not None:
+            pod_uid = reservation.extended[0].owner_pod_uid
+            out.extend(
+                (claim, reservation.extended[1])
+                for claim in self.state.claims.values()
+                if claim.owner_pod_uid == pod_uid and is_extended_resource_claim(claim.annotations)
+            )
         return out

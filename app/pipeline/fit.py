@@ -112,7 +112,7 @@ class ResourceFit(Participant):
                 continue  # not counted on this node: nothing to give back
             for resource, amount in counted[1].resources.requests.items():
                 requested[resource] = requested.get(resource, 0) - amount
-        status = self.fit.fits(pod, node.allocatable, requested)
+        status = self.fit.fits(pod, node.allocatable, requested, node.dra_allocatable)
         return "" if status.passed else status.reason
 
     # ------------------------------------------------------------------ bind

@@ -174,3 +174,14 @@ def test_bind_decides_partitions_again_when_the_counters_changed() -> None:
     assert passes(service, late)
     assert bind(service, early)["Error"] == ""
     assert "cannot take the claims" in bind(service, late)["Error"]
+
+
+def test_explain_shows_the_share_and_who_else_holds_the_device() -> None:
+    service = cluster(shared_claim("a", "10Gi"), shared_claim("b", "15Gi"))
+    first = with_claims(pod_obj("first"), "a")
+    assert passes(service, first) and bind(service, first)["Error"] == ""
+    view = service.explain(filter_body(with_claims(pod_obj("second"), "b"), ["g1"]))
+    [device] = view["nodes"][0]["dra"]["devices"]["default/b"]
+    assert device["device"] == "gpu-0" and device["consumedCapacity"] == {"memory": "15Gi"}
+    [holder] = device["sharedWith"]
+    assert holder["holder"] == "claim default/a" and holder["consumed"] == {"memory": 10 * 2**30}

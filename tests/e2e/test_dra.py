@@ -361,3 +361,38 @@ def test_cpu_pods_keep_off_a_dra_only_gpu_node(group: Group) -> None:
         assert set(group.wait_bound(*names).values()) == {cpu_node}
     finally:
         _cleanup(group, driver)
+
+
+def test_a_pod_asking_nvidia_gpu_gets_dra_devices_through_the_special_claim(group: Group) -> None:
+    """Issue 16 part 4: on a node that advertises no nvidia.com/gpu but publishes GPUs of a DeviceClass
+    with extendedResourceName nvidia.com/gpu, a pod asking nvidia.com/gpu: 2 passes kube-scheduler's
+    NodeResourcesFit (DRAExtendedResource leaves it to DRA) and the extender creates the special claim
+    as kube-scheduler's DynamicResources would: owned by the pod, annotated, allocated and reserved,
+    and named in the pod's status.extendedResourceClaimStatus. A third GPU cannot be had there."""
+    driver = _device_class(group, extended_resource_name="nvidia.com/gpu")
+    gpu_node = group.node("dra", gpus=None)
+    try:
+        pool = {"name": gpu_node, "generation": 1, "resourceSliceCount": 1}
+        spec = {"pool": pool, "devices": [{"name": f"gpu-{i}"} for i in range(3)]}
+        group.api.create(f"{RESOURCE}/resourceslices", _slice(f"{gpu_node}-gpus", driver, gpu_node, spec))
+        pod = group.pod("train", gpus=2)
+        assert group.wait_bound("train") == {"train": gpu_node}
+        recorded = (group.get_pod("train") or {})["status"]["extendedResourceClaimStatus"]
+        claim = _claim(group, recorded["resourceClaimName"])
+        assert claim["metadata"]["name"].startswith("train-extended-resources-")
+        assert claim["metadata"]["annotations"]["resource.kubernetes.io/extended-resource-claim"] == "true"
+        [owner] = claim["metadata"]["ownerReferences"]
+        assert (owner["kind"], owner["uid"], owner["controller"]) == ("Pod", pod["metadata"]["uid"], True)
+        [request] = claim["spec"]["devices"]["requests"]
+        exactly = request["exactly"]
+        assert (exactly["deviceClassName"], exactly["allocationMode"], exactly["count"]) == (driver, "ExactCount", 2)
+        assert sorted(_allocated_devices(claim)) == ["gpu-0", "gpu-1"]
+        assert [r["uid"] for r in claim["status"]["reservedFor"]] == [pod["metadata"]["uid"]]
+        assert recorded["requestMappings"] == [
+            {"containerName": "main", "resourceName": "nvidia.com/gpu", "requestName": request["name"]}
+        ]
+        group.pod("more", gpus=2)
+        group.wait_unschedulable("more")  # one GPU left on the only node
+        assert (group.get_pod("more") or {})["spec"].get("nodeName") is None
+    finally:
+        _cleanup(group, driver)
