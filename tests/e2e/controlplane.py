@@ -188,6 +188,9 @@ class ControlPlane:
                 f"--service-account-key-file={self.workdir / 'sa.pub'}",
                 f"--service-account-signing-key-file={self.workdir / 'sa.key'}",
                 "--service-cluster-ip-range=10.0.0.0/24",
+                # DeviceTaintRules are resource.k8s.io/v1beta2 (beta API, off by default) behind DRADeviceTaintRules.
+                "--runtime-config=resource.k8s.io/v1beta2=true",
+                "--feature-gates=DRADeviceTaintRules=true",
             ],
             self.workdir / "logs" / "kube-apiserver.log",
         ).start()

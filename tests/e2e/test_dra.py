@@ -343,6 +343,53 @@ def test_a_no_schedule_tainted_device_is_skipped_unless_tolerated(group: Group) 
         _cleanup(group, driver)
 
 
+def test_a_device_taint_rule_keeps_new_claims_off_the_device(group: Group) -> None:
+    """Issue 16 part 5: a resource.k8s.io/v1beta2 DeviceTaintRule with effect NoSchedule taints gpu-0
+    (first in the slice, so first fit would take it): the claim gets gpu-1. Deleting the rule makes
+    gpu-0 available again."""
+    driver = _device_class(group)
+    node = group.node("ruled", gpus=None)
+    rule_path = f"/apis/resource.k8s.io/v1beta2/devicetaintrules/{group.name}-maintenance"
+    try:
+        pool = {"name": node, "generation": 1, "resourceSliceCount": 1}
+        devices = [{"name": "gpu-0"}, {"name": "gpu-1"}]
+        group.api.create(
+            f"{RESOURCE}/resourceslices", _slice(f"{node}-gpus", driver, node, {"pool": pool, "devices": devices})
+        )
+        group.api.create(
+            "/apis/resource.k8s.io/v1beta2/devicetaintrules",
+            {
+                "apiVersion": "resource.k8s.io/v1beta2",
+                "kind": "DeviceTaintRule",
+                "metadata": {"name": f"{group.name}-maintenance"},
+                "spec": {
+                    "deviceSelector": {"driver": driver, "pool": node, "device": "gpu-0"},
+                    "taint": {"key": "maintenance", "effect": "NoSchedule"},
+                },
+            },
+        )
+        wait_for("the rule in the extender's cache", lambda: _taint_rules(group) == 1)
+        _claim_with(group, "first", {"deviceClassName": driver})
+        group.pod("p1", claims=[{"name": "gpu", "resourceClaimName": "first"}])
+        assert group.wait_bound("p1") == {"p1": node}
+        assert _allocated_devices(_claim(group, "first")) == ["gpu-1"]
+        group.api.delete(rule_path, grace=None)
+        wait_for("the rule gone from the extender's cache", lambda: _taint_rules(group) == 0)
+        _claim_with(group, "second", {"deviceClassName": driver})
+        group.pod("p2", claims=[{"name": "gpu", "resourceClaimName": "second"}])
+        assert group.wait_bound("p2") == {"p2": node}
+        assert _allocated_devices(_claim(group, "second")) == ["gpu-0"]
+    finally:
+        if group.api.find(rule_path) is not None:
+            group.api.delete(rule_path, grace=None)
+        _cleanup(group, driver)
+
+
+def _taint_rules(group: Group) -> int:
+    counts: dict[str, int] = group.cluster.extender.get("/debug?decisions=0").json()["cache"]["counts"]
+    return counts["deviceTaintRules"]
+
+
 def test_cpu_pods_keep_off_a_dra_only_gpu_node(group: Group) -> None:
     """Issue 16 part 6: a DeviceClass with extendedResourceName nvidia.com/gpu makes the GPUs a DRA
     driver publishes a resource type of their node, so ScarceResourceAvoidance steers CPU-only pods
