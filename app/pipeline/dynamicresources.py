@@ -96,7 +96,10 @@ class ExtendedClaims:
 
     def for_node(self, allocatable: Mapping[str, int] | None) -> tuple[ResourceClaim, ExtendedClaimPlan] | None:
         served = allocatable or {}
-        need = frozenset(r for r in self.classes if served.get(r, 0) <= 0)
+        missing = [r for r in self.classes if served.get(r, 0) <= 0]
+        if not missing:
+            return None  # device plugins advertise them all here
+        need = frozenset(missing)
         if need not in self._by_need:
             self._by_need[need] = self._claim(need)
         return self._by_need[need]
