@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from collections.abc import Iterator
@@ -92,6 +93,13 @@ def bind_body(pod: dict[str, Any], node: str) -> bytes:
     return json.dumps(
         {"PodName": meta["name"], "PodNamespace": meta["namespace"], "PodUID": meta["uid"], "Node": node}
     ).encode()
+
+
+def bind_pod(service: ExtenderService, pod: dict[str, Any], node: str) -> dict[str, Any]:
+    """``/bind`` of ``pod`` to ``node``, the pending pod first delivered to the cache as its watch would."""
+    if pod["metadata"]["uid"] not in service.cache.pods:
+        service.cache.upsert_pod(pod_from_obj(pod))
+    return asyncio.run(service.bind(bind_body(pod, node)))
 
 
 def make_service(

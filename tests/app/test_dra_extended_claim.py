@@ -11,14 +11,15 @@ and reservation, then ``status.extendedResourceClaimStatus``; Unreserve deletes 
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from allocator import EXTENDED_RESOURCE_CLAIM_ANNOTATION, RequestMapping
 from app.cluster.objects import pod_from_obj
 from app.cluster.writes import BindError
 from tests.conftest import (
-    bind_body,
+    bind_pod as bind,
+)
+from tests.conftest import (
     device_class_obj,
     filter_body,
     gpu_device,
@@ -46,12 +47,6 @@ def service_with(dra_gpus: int = 2) -> Any:
 
 def filter_answer(service: Any, pod: dict[str, Any]) -> dict[str, Any]:
     return wire_answer(service, filter_body(pod, ["dra", "plugin", "cpu"]))
-
-
-def bind(service: Any, pod: dict[str, Any], node: str) -> dict[str, Any]:
-    if pod["metadata"]["uid"] not in service.cache.pods:
-        service.cache.upsert_pod(pod_from_obj(pod))
-    return asyncio.run(service.bind(bind_body(pod, node)))
 
 
 def special_claims(service: Any) -> list[Any]:

@@ -31,6 +31,9 @@ from tests.conftest import (
     slice_obj,
     with_claims,
 )
+from tests.conftest import (
+    bind_pod as bind,
+)
 from tests.conftest import filter_answer as wire_answer
 
 MEMORIES = ("10Gi", "24Gi", "48Gi", "80Gi")
@@ -48,12 +51,6 @@ def cluster(*claims: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[st
 
 def filter_answer(service: Any, pod: dict[str, Any], names: list[str] = ["d1", "d2", "c1"]) -> dict[str, Any]:  # noqa: B006
     return wire_answer(service, filter_body(pod, names))
-
-
-def bind(service: Any, pod: dict[str, Any], node: str) -> dict[str, Any]:
-    if pod["metadata"]["uid"] not in service.cache.pods:
-        service.cache.upsert_pod(pod_from_obj(pod))  # the pending pod, as the pod watch delivers it
-    return asyncio.run(service.bind(bind_body(pod, node)))
 
 
 def devices_of(service: Any, key: str) -> list[str]:
