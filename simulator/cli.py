@@ -42,7 +42,21 @@ def add_simulate_parser(commands: Any) -> None:
         action="append",
         help="policy to run (repeatable; default: all of fitplus-sra, least-allocated, most-allocated, random)",
     )
-    simulate.add_argument("--mode", choices=["fill", "replay"], default="fill", help="fill: ignore deletions (default)")
+    simulate.add_argument(
+        "--mode",
+        choices=["fill", "replay", "inflate"],
+        default="fill",
+        help="fill: creation order, deletions ignored (default); replay: creations and deletions in time; "
+        "inflate: the FGD paper's experiment (seeded shuffled draw up to --target x the cluster's GPUs)",
+    )
+    simulate.add_argument(
+        "--sharing",
+        choices=["dra", "none"],
+        default="dra",
+        help="dra (default): each GPU a shareable DRA device, GPU pods with ResourceClaims (gpu_milli < 1000 "
+        "takes a share); none: whole GPUs of the device plugin (nvidia.com/gpu)",
+    )
+    simulate.add_argument("--shuffle", action="store_true", help="fill mode: submit the pods in a seeded random order")
     simulate.add_argument("--seed", type=int, default=0, help="seed of the tie-break and random policy (default 0)")
     simulate.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
     simulate.add_argument("--plot", metavar="FILE.png", help="draw GPU allocation against submitted GPU demand")
@@ -164,7 +178,16 @@ def run_simulate(args: argparse.Namespace) -> int:
     for policy in policies:
         with tqdm(total=event_count(pods, args.mode), desc=policy, unit="ev", file=sys.stderr, disable=quiet) as bar:
             result = simulate(
-                policy, config, nodes, pods, mode=args.mode, seed=args.seed, progress=bar.update, scheduler=scheduler
+                policy,
+                config,
+                nodes,
+                pods,
+                mode=args.mode,
+                seed=args.seed,
+                progress=bar.update,
+                scheduler=scheduler,
+                sharing=args.sharing,
+                shuffle=args.shuffle,
             )
             bar.update(bar.total - bar.n)
         results.append(result)
