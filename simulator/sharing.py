@@ -76,10 +76,26 @@ def _device(index: int, model: str) -> dict[str, Any]:
     return device
 
 
+_TEMPLATES: dict[tuple[int, str], ResourceSlice] = {}
+
+
 def node_slice(node: SimNode) -> ResourceSlice | None:
-    """The node's GPUs as one ResourceSlice (pool = node name), or None for a node without GPUs."""
+    """The node's GPUs as one ResourceSlice (pool = node name), or None for a node without GPUs.
+    Nodes of one shape share the parsed devices (immutable; their memos depend on content only)."""
     if not node.gpus:
         return None
+    template = _TEMPLATES.get((node.gpus, node.model))
+    if template is None:
+        template = _TEMPLATES[(node.gpus, node.model)] = _parse_slice(node)
+    return replace(
+        template,
+        name=f"{node.name}-{DRIVER}",
+        node_name=node.name,
+        pool=replace(template.pool, name=node.name),
+    )
+
+
+def _parse_slice(node: SimNode) -> ResourceSlice:
     return slice_from_obj(
         {
             "kind": "ResourceSlice",

@@ -24,9 +24,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
 
 from allocator import (
     AllocationError,
@@ -36,7 +39,9 @@ from allocator import (
     Unschedulable,
     node_selector_matches,
 )
+from allocator.requests import claim_requests
 from app.cluster.dra import DraState
+from app.cluster.dra_fast import DeviceTable, decide, node_index, simple_request
 from app.cluster.writes import ClaimWriteError
 from scoring.framework import Code, PodInfo, Status
 
@@ -44,6 +49,7 @@ __all__ = [
     "RESERVED_FOR_MAX",
     "ClaimWriter",
     "DynamicResources",
+    "FastVerdicts",
     "PodClaims",
     "Reservation",
 ]
@@ -92,6 +98,53 @@ class Reservation:
         return not self.allocate and not self.reserve
 
 
+class _LazyProposals(Mapping[str, tuple[AllocationResult, ...]]):
+    """Proposals of the nodes the fast path passed, allocated only for the node /bind asks about
+    (then as the state is at that moment, which is what /bind checks a proposal against anyway)."""
+
+    def __init__(
+        self,
+        made: Mapping[str, tuple[AllocationResult, ...]],
+        passed: Sequence[str],
+        allocate: Callable[[str], tuple[Status, tuple[AllocationResult, ...] | None]],
+    ) -> None:
+        self._made = dict(made)
+        self._passed = passed
+        self._allocate = allocate
+        self._names: set[str] | None = None
+
+    def _keys(self) -> set[str]:
+        if self._names is None:
+            self._names = set(self._passed)
+        return self._names
+
+    def __getitem__(self, node: str) -> tuple[AllocationResult, ...]:
+        found = self._made.get(node)
+        if found is None and node in self._keys():
+            status, results = self._allocate(node)
+            if status.passed and results:
+                found = self._made[node] = results
+        if found is None:
+            raise KeyError(node)
+        return found
+
+    def __iter__(self) -> Iterator[str]:
+        yield from dict.fromkeys([*self._made, *self._passed])
+
+    def __len__(self) -> int:
+        return len(set(self._made) | self._keys())
+
+
+@dataclass(frozen=True, slots=True)
+class FastVerdicts:
+    """The fast path's answer for a list of node names (``DynamicResources.fast_filter``)."""
+
+    decided: npt.NDArray[np.bool_]  # per name: decided without the search (else: the full allocator)
+    passes: npt.NDArray[np.bool_]
+    reason: npt.NDArray[np.intp]  # per name: index into ``reasons`` (read where decided and failing)
+    reasons: tuple[Status, ...]
+
+
 def _unresolvable(reason: str) -> Status:
     return Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, reason)
 
@@ -104,6 +157,9 @@ class DynamicResources:
     def __init__(self, state: DraState, wall_clock: Callable[[], float] = time.time) -> None:
         self.state = state
         self.wall_clock = wall_clock
+        # the last candidate list (by identity: kube-scheduler sends the same one again) and its node indices
+        self._index: tuple[Sequence[str], DeviceTable, npt.NDArray[np.intp]] | None = None
+        self._statuses: tuple[DeviceTable, tuple[Status, ...]] | None = None
 
     # ------------------------------------------------------------------ PreFilter
     def prefilter(self, pod: PodInfo) -> PodClaims | Status:
@@ -167,8 +223,11 @@ class DynamicResources:
             return _unresolvable(outcome.reason), None
         return Status(), outcome.results
 
-    def filter_nodes(self, pod: PodInfo, claims: PodClaims, nodes: Sequence[str]) -> dict[str, Status]:
-        """Failures among ``nodes``; records the pod's proposals for the nodes that pass."""
+    def filter_nodes(
+        self, pod: PodInfo, claims: PodClaims, nodes: Sequence[str], fast: Sequence[str] = ()
+    ) -> dict[str, Status]:
+        """Failures among ``nodes``; records the pod's proposals for the nodes that pass, and for the
+        nodes ``fast`` passed (``fast_filter``) proposals made when /bind asks for them."""
         allocator = self.allocator(pod.uid)
         failures: dict[str, Status] = {}
         proposals: dict[str, tuple[AllocationResult, ...]] = {}
@@ -179,8 +238,43 @@ class DynamicResources:
             elif results:
                 proposals[node] = results
         if claims.unallocated:
-            self.state.propose(pod.uid, claims.unallocated_keys, proposals)
+            by_node: Mapping[str, tuple[AllocationResult, ...]] = proposals
+            if fast:
+                by_node = _LazyProposals(
+                    proposals, fast, lambda node: self.filter(self.allocator(pod.uid), claims, node)
+                )
+            self.state.propose(pod.uid, claims.unallocated_keys, by_node)
         return failures
+
+    def fast_filter(self, pod: PodInfo, claims: PodClaims, names: Sequence[str]) -> FastVerdicts | None:
+        """Decide a simple pod (``app.cluster.dra_fast``) on every node at once from the per-node
+        free capacity; None when the pod is not simple. Nodes left undecided go to ``filter``."""
+        state = self.state
+        if claims.allocated or len(claims.unallocated) != 1 or state.taint_rules or pod.uid in state.inflight:
+            return None
+        claim = claims.unallocated[0]
+        if claim.constraints or len(claim.requests) != 1:
+            return None
+        try:
+            (alternatives,) = claim_requests(claim, state.classes, state.selectors)
+        except AllocationError:
+            return None  # the full path raises it for the pod (or answers per node)
+        if len(alternatives) != 1 or not simple_request(alternatives[0]):
+            return None
+        alt = alternatives[0]
+        table = state.fast.table(alt.device_class, state.node_refs, state.slices, state.selectors, state.holders)
+        cached = self._index
+        if cached is not None and cached[0] is names and cached[1] is table:
+            index = cached[2]
+        else:
+            index = node_index(table, names)
+            self._index = (names, table, index)
+        decision = decide(table, alt, index)
+        if decision is None:
+            return None
+        if self._statuses is None or self._statuses[0] is not table:
+            self._statuses = (table, tuple(_unresolvable(reason) for reason in table.reasons))
+        return FastVerdicts(*decision, self._statuses[1])
 
     def explain(self, pod: PodInfo, claims: PodClaims, node: str) -> dict[str, object]:
         """Which devices /bind would pick on ``node`` (for /debug/explain)."""
