@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from allocator import AllocationError
 from allocator.binding import binding_state
@@ -155,7 +156,7 @@ class LazyNames(Sequence[str]):
     """Names at positions, made into strings only if someone reads them (a /bind on a node the
     fast path passed)."""
 
-    def __init__(self, names: Sequence[str], positions: np.ndarray) -> None:  # type: ignore[type-arg]
+    def __init__(self, names: Sequence[str], positions: npt.NDArray[np.intp]) -> None:
         self._names, self._positions = names, positions
 
     def __len__(self) -> int:
