@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -42,7 +43,31 @@ def add_simulate_parser(commands: Any) -> None:
         action="append",
         help="policy to run (repeatable; default: all of fitplus-sra, least-allocated, most-allocated, random)",
     )
-    simulate.add_argument("--mode", choices=["fill", "replay"], default="fill", help="fill: ignore deletions (default)")
+    simulate.add_argument(
+        "--mode",
+        choices=["fill", "replay", "inflate"],
+        default="fill",
+        help="fill: creation order, deletions ignored (default); replay: creations and deletions in time; "
+        "inflate: the FGD paper's experiment (seeded shuffled draw up to --target x the cluster's GPUs)",
+    )
+    simulate.add_argument(
+        "--sharing",
+        choices=["dra", "none"],
+        default="dra",
+        help="dra (default): each GPU a shareable DRA device, GPU pods with ResourceClaims (gpu_milli < 1000 "
+        "takes a share); none: whole GPUs of the device plugin (nvidia.com/gpu)",
+    )
+    simulate.add_argument("--shuffle", action="store_true", help="fill mode: submit the pods in a seeded random order")
+    simulate.add_argument(
+        "--target",
+        type=float,
+        default=1.3,
+        help="inflate: arrived GPU demand to reach, as a share of the cluster's GPUs (default 1.3)",
+    )
+    simulate.add_argument(
+        "--seeds", type=int, default=1, help="runs per policy, seeds --seed .. --seed+N-1 (default 1)"
+    )
+    simulate.add_argument("--workers", type=int, help="processes for the runs (default: the CPUs, at most the runs)")
     simulate.add_argument("--seed", type=int, default=0, help="seed of the tie-break and random policy (default 0)")
     simulate.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
     simulate.add_argument("--plot", metavar="FILE.png", help="draw GPU allocation against submitted GPU demand")
@@ -135,8 +160,10 @@ def run_simulate(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from app.config import load_config
+    from simulator.experiment import Run, run_all, summarise
+    from simulator.report import format_summary, write_unallocated_plot
     from simulator.schedconfig import SchedulerConfigError, load_scheduler_config_argument
-    from simulator.simulate import POLICIES, event_count, simulate
+    from simulator.simulate import POLICIES, check_order
     from simulator.trace import TraceError, load_nodes_csv, load_pods, load_snapshot_nodes
 
     policies = list(dict.fromkeys(args.policy or POLICIES))
@@ -159,28 +186,52 @@ def run_simulate(args: argparse.Namespace) -> int:
     note = _sampling_note(scheduler, len(nodes))
     if note:
         print(note, file=sys.stderr)
-    results = []
+    try:
+        check_order(pods, args.mode)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.mode == "fill" and not args.shuffle and any(pod.file_ordered for pod in pods):
+        print(
+            "warning: the trace has no creation_time, so fill mode submits the pods in file order; "
+            "--shuffle submits them in a seeded random order (or use --mode inflate)",
+            file=sys.stderr,
+        )
+    if args.seeds < 1:
+        print("error: --seeds must be >= 1", file=sys.stderr)
+        return 2
+    run = Run(config, nodes, pods, args.mode, args.sharing, args.target, args.shuffle, scheduler)
+    seeds = list(range(args.seed, args.seed + args.seeds))
+    runs = len(policies) * len(seeds)
+    workers = min(args.workers or os.cpu_count() or 1, runs)
     quiet = args.no_progress or not sys.stderr.isatty()
-    for policy in policies:
-        with tqdm(total=event_count(pods, args.mode), desc=policy, unit="ev", file=sys.stderr, disable=quiet) as bar:
-            result = simulate(
-                policy, config, nodes, pods, mode=args.mode, seed=args.seed, progress=bar.update, scheduler=scheduler
-            )
-            bar.update(bar.total - bar.n)
-        results.append(result)
+    with tqdm(total=runs, desc="runs", unit="run", file=sys.stderr, disable=quiet) as bar:
+        results = run_all(run, policies, seeds, workers, lambda _: bar.update(1))
+    summary = summarise(results)
     used = scheduler.describe() if scheduler is not None else "none (the extender's priority alone decides)"
     if args.json:
         report = {
             "nodes": len(nodes),
             "pods": len(pods),
             "schedulerConfig": scheduler.to_json() if scheduler is not None else None,
+            "sharing": args.sharing,
+            "summary": summary,
             "results": [r.to_json() for r in results],
         }
         print(json.dumps(report, indent=2))
     else:
-        print(f"{len(nodes)} nodes, {sum(r.total_gpus for r in results[:1])} GPUs, {len(pods)} pods, mode {args.mode}")
+        gpus = sum(r.total_gpus for r in results[:1])
+        print(f"{len(nodes)} nodes, {gpus} GPUs, {len(pods)} pods, mode {args.mode}, sharing {args.sharing}")
         print(f"scheduler config: {used}")
-        print(format_table(results))
+        if args.mode != "inflate" and len(seeds) == 1:
+            print(format_table(results))
+            print()
+        print(f"per policy over seeds {seeds[0]}..{seeds[-1]}: median [min-max]")
+        print(format_summary(summary))
     if args.plot:
-        write_plot(results, args.plot, f"{len(nodes)} nodes, {len(pods)} pods, mode {args.mode}")
+        title = f"{len(nodes)} nodes, {len(pods)} pods, mode {args.mode}, sharing {args.sharing}, {len(seeds)} seed(s)"
+        if args.mode == "inflate":
+            write_unallocated_plot(results, args.plot, title)
+        else:
+            write_plot(results, args.plot, title)
     return 0

@@ -33,26 +33,33 @@ import numpy as np
 
 from app.cluster.cache import ClusterCache
 from app.cluster.objects import NodeObject
-from app.cluster.snapshot import SnapshotBinder
+from app.cluster.snapshot import SnapshotBinder, SnapshotClaimWriter
 from app.config import ExtenderConfiguration
 from app.service import ExtenderService
 from scoring.framework import PodInfo
 from scoring.kube_scheduler import select_host, select_host_batch
 from scoring.table import EXACT_LIMIT, Int64Array
+from simulator import sharing as dra
+from simulator.inflate import DEFAULT_TARGET, inflate, shuffled
+from simulator.metrics import CHECKPOINTS, GpuLedger, ShareMetrics, demand_milli, pod_kind, typical_shapes
 from simulator.schedconfig import SchedulerConfig
 from simulator.trace import GPU, KIND_CPU, KIND_MULTI_GPU, KIND_ONE_GPU, SimNode, SimPod
 
 __all__ = [
     "MODES",
     "POLICIES",
+    "SHARING",
     "FirstFailure",
     "PolicyResult",
+    "check_order",
     "event_count",
     "policy_config",
+    "schedule_order",
     "simulate",
 ]
 
-MODES = ("fill", "replay")
+MODES = ("fill", "replay", "inflate")
+SHARING = dra.SHARING
 POLICIES = ("fitplus-sra", "least-allocated", "most-allocated", "random")
 # The simulated cluster has no kube-scheduler in front: the extender checks cpu and memory too.
 FIT_RESOURCES = ("cpu", "memory", GPU)
@@ -126,6 +133,10 @@ class PolicyResult:
     wall_seconds: float = 0.0
     curve: list[tuple[int, int]] = field(default_factory=list)  # (submitted GPU demand, allocated GPUs)
     placements: dict[str, str] = field(default_factory=dict)  # pod name -> node, of pods running at the end
+    sharing: str = "dra"
+    seed: int = 0
+    pods: int = 0  # pods submitted (after inflation)
+    metrics: ShareMetrics | None = None  # the FGD paper's measures (simulator.metrics)
 
     @property
     def gpu_demand_share(self) -> float:
@@ -158,6 +169,27 @@ class PolicyResult:
             "finalAllocatedGpus": self.final_allocated_gpus,
             "peakAllocatedGpus": self.peak_allocated_gpus,
             "wallSeconds": round(self.wall_seconds, 3),
+            "sharing": self.sharing,
+            "seed": self.seed,
+            "submittedPods": self.pods,
+            **(self.metrics_json() if self.metrics is not None else {}),
+        }
+
+    def metrics_json(self) -> dict[str, Any]:
+        """The FGD paper's measures: figures at the checkpoints (% arrived), pods by kind, the curve."""
+        metrics = self.metrics
+        assert metrics is not None
+        checkpoints = {
+            str(point): None if figures is None else {k: round(v, 4) for k, v in figures.items()}
+            for point, figures in metrics.checkpoints().items()
+        }
+        arrived = metrics.arrived[-1] if metrics.arrived else 0
+        return {
+            "arrivedPercent": round(100 * arrived / max(metrics.total_milli, 1), 3),
+            "checkpoints": checkpoints,
+            "placedByKind": dict(metrics.placed),
+            "failedByKind": dict(metrics.failed),
+            "allocationCurve": metrics.curve(),
         }
 
 
@@ -171,11 +203,19 @@ class _Scheduler:
         nodes: Sequence[SimNode],
         seed: int,
         scheduler: SchedulerConfig | None = None,
+        sharing: str = "none",
     ) -> None:
         self.cache = ClusterCache()
-        self.service = ExtenderService(config, self.cache, SnapshotBinder(self.cache))
+        self.sharing = sharing
+        writer = SnapshotClaimWriter(self.cache.dra) if sharing == "dra" else None
+        self.service = ExtenderService(config, self.cache, SnapshotBinder(self.cache), claim_writer=writer)
+        if sharing == "dra":
+            self.cache.dra.upsert_class(dra.device_class())
         for node in nodes:
-            self.cache.upsert_node(NodeObject(node.name, dict(node.allocatable), dict(node.labels)))
+            allocatable = dra.without_gpu_allocatable(node) if sharing == "dra" else dict(node.allocatable)
+            self.cache.upsert_node(NodeObject(node.name, allocatable, dict(node.labels)))
+        if sharing == "dra":
+            self.cache.dra.replace_slices(s for s in map(dra.node_slice, nodes) if s is not None)
         self.nodes = {node.name: node for node in nodes}
         self.rng = random.Random(seed)
         self.scheduler = scheduler
@@ -194,7 +234,30 @@ class _Scheduler:
         return entry
 
     async def schedule(self, pod: SimPod) -> str | None:
-        """Filter, choose, bind; the chosen node, or None when no node passes."""
+        """Filter, choose, bind; the chosen node, or None when no node passes. With DRA the pod's
+        ResourceClaim is in the cache before the pod comes, as in a cluster, and goes when it fails."""
+        claim = dra.pod_claim(pod) if self.sharing == "dra" else None
+        if claim is not None:
+            self.cache.dra.upsert_claim(claim)
+        node = await self._schedule(pod)
+        if node is None and claim is not None:
+            self.cache.dra.delete_claim(claim.key)
+        return node
+
+    def devices(self, pod: SimPod) -> dict[int, int] | None:
+        """GPU index -> milli-GPUs the pod's claim was allocated (None without DRA)."""
+        if self.sharing != "dra" or not pod.gpus:
+            return None
+        claim = self.cache.dra.claims.get(f"{pod.namespace}/{dra.claim_name(pod)}")
+        return {int(d.device.rsplit("-", 1)[1]): milli for d, milli in dra.allocated_milli(claim).items()}
+
+    def delete(self, pod: SimPod) -> None:
+        """The pod is gone: so are its claim (and with it its devices) and its requests."""
+        self.cache.delete_pod(pod.uid)
+        if self.sharing == "dra" and pod.gpus:
+            self.cache.dra.delete_claim(f"{pod.namespace}/{dra.claim_name(pod)}")
+
+    async def _schedule(self, pod: SimPod) -> str | None:
         names, _ = self.candidates(pod)
         pod_part = b'{"Pod":' + pod.body + b',"NodeNames":'
         passed: list[str] = self.service.filter(pod_part + names + b"}")["NodeNames"]
@@ -253,17 +316,13 @@ class _Scheduler:
         scalar = [self.kube.plugin_total(pod, node) if node is not None else 0 for node in snapshots]
         return np.array(scalar, dtype=np.int64)
 
-    def free_gpus(self, names: Iterable[str]) -> int:
-        batch = self.cache.table.batch(list(names))  # node names are distinct: never None
-        if batch is None or not len(batch):
-            return 0
-        return int(batch.allocatable(GPU).sum()) - int(batch.requested(GPU).sum())
 
-
-def _events(pods: Sequence[SimPod], mode: str) -> list[tuple[float, int, int]]:
+def _events(pods: Sequence[SimPod], mode: str, in_order: bool) -> list[tuple[float, int, int]]:
     """(time, order, pod index), order 0 = deletion, 1 = creation, 2 = deletion of a pod created at
     that same instant: deletions free capacity before that instant's creations, never before the
-    pod's own creation."""
+    pod's own creation. ``in_order``: creations in list order (inflated or shuffled traces)."""
+    if in_order:
+        return [(float(index), 1, index) for index in range(len(pods))]
     events = [(pod.created, 1, index) for index, pod in enumerate(pods)]
     if mode == "replay":
         events += [
@@ -275,6 +334,24 @@ def _events(pods: Sequence[SimPod], mode: str) -> list[tuple[float, int, int]]:
     return events
 
 
+def _free_whole(ledger: GpuLedger, scheduler: _Scheduler, names: Iterable[str]) -> int:
+    """Entirely free GPUs on the named nodes."""
+    rows = [ledger.index[name] for name in names if scheduler.nodes[name].gpus]
+    return int((ledger.free[rows] == 1000).sum()) if rows else 0
+
+
+class _Windows:
+    """Fragmentation is followed only while the arrived workload is within a percent of a
+    checkpoint (what the report averages); elsewhere binds cost nothing extra."""
+
+    def __init__(self, total_milli: int, points: Iterable[int] = CHECKPOINTS) -> None:
+        self.total = max(total_milli, 1)
+        self.percents = {p + d for p in points for d in (-1, 0, 1)}
+
+    def inside(self, arrived: int) -> bool:
+        return round(100 * arrived / self.total) in self.percents
+
+
 async def _run(
     policy: str,
     config: ExtenderConfiguration,
@@ -284,44 +361,82 @@ async def _run(
     seed: int,
     progress: Callable[[int], None] | None,
     scheduler_config: SchedulerConfig | None,
+    sharing: str,
+    in_order: bool,
+    shapes_from: Sequence[SimPod],
 ) -> PolicyResult:
-    scheduler = _Scheduler(config, nodes, seed, scheduler_config)
-    result = PolicyResult(policy, mode, sum(node.gpus for node in nodes))
+    scheduler = _Scheduler(config, nodes, seed, scheduler_config, sharing)
+    result = PolicyResult(policy, mode, sum(node.gpus for node in nodes), sharing=sharing, seed=seed, pods=len(pods))
+    ledger = GpuLedger(nodes, typical_shapes(shapes_from))
+    metrics = result.metrics = ShareMetrics(ledger.total_milli)
+    windows = _Windows(ledger.total_milli)
     placed_on: dict[int, str] = {}
-    allocated = 0
-    for step, (_, order, index) in enumerate(_events(pods, mode), 1):
+    allocated = arrived = 0
+    events = _events(pods, mode, in_order)
+    for step, (_, order, index) in enumerate(events, 1):
         pod = pods[index]
         if order != 1:
             node = placed_on.pop(index, None)
             if node is not None:
-                scheduler.cache.delete_pod(pod.uid)
+                scheduler.delete(pod)
+                ledger.give_back(pod)
                 allocated -= pod.gpus
                 del result.placements[pod.name]
+            continue
+        result.gpu_demand += pod.gpus
+        result.shared_gpu_pods += pod.shares_gpu
+        arrived += demand_milli(pod)
+        ledger.track(windows.inside(arrived))
+        node = await scheduler.schedule(pod)
+        kind = pod_kind(pod)
+        if node is None:
+            result.failed[pod.kind] += 1
+            metrics.failed[kind] += 1
+            if pod.gpus and result.first_gpu_failure is None:
+                free = _free_whole(ledger, scheduler, scheduler.nodes)
+                fragmented = _free_whole(ledger, scheduler, scheduler.candidates(pod)[1])
+                result.first_gpu_failure = FirstFailure(
+                    pod.name, pod.gpus, result.gpu_demand, allocated, free, fragmented
+                )
         else:
-            result.gpu_demand += pod.gpus
-            result.shared_gpu_pods += pod.shares_gpu
-            node = await scheduler.schedule(pod)
-            if node is None:
-                result.failed[pod.kind] += 1
-                if pod.gpus and result.first_gpu_failure is None:
-                    free = scheduler.free_gpus(scheduler.nodes)
-                    fragmented = scheduler.free_gpus(scheduler.candidates(pod)[1])
-                    result.first_gpu_failure = FirstFailure(
-                        pod.name, pod.gpus, result.gpu_demand, allocated, free, fragmented
-                    )
-            else:
-                result.placed[pod.kind] += 1
-                placed_on[index] = result.placements[pod.name] = node
-                allocated += pod.gpus
-                result.peak_allocated_gpus = max(result.peak_allocated_gpus, allocated)
-                result.gpu_placed += pod.gpus
-                result.cpu_pods_on_gpu_nodes += pod.gpus == 0 and scheduler.nodes[node].gpus > 0
-            if pod.gpus:
-                result.curve.append((result.gpu_demand, allocated))
+            ledger.take(pod, node, scheduler.devices(pod))
+            result.placed[pod.kind] += 1
+            metrics.placed[kind] += 1
+            placed_on[index] = result.placements[pod.name] = node
+            allocated += pod.gpus
+            result.peak_allocated_gpus = max(result.peak_allocated_gpus, allocated)
+            result.gpu_placed += pod.gpus
+            result.cpu_pods_on_gpu_nodes += pod.gpus == 0 and scheduler.nodes[node].gpus > 0
+        if pod.gpus:
+            result.curve.append((result.gpu_demand, allocated))
+        metrics.arrived.append(arrived)
+        metrics.allocated.append(ledger.allocated)
+        if windows.inside(arrived):
+            metrics.fragmented[len(metrics.arrived) - 1] = ledger.fragmentation()
         if progress is not None and step % 256 == 0:
             progress(256)
     result.final_allocated_gpus = allocated
     return result
+
+
+def check_order(pods: Sequence[SimPod], mode: str) -> None:
+    """Replay needs the trace's times: a trace without ``creation_time`` is an error there."""
+    if mode == "replay" and any(pod.file_ordered for pod in pods):
+        raise ValueError(
+            "mode replay needs creation_time on every pod; this trace has none (file order): "
+            "use --mode fill --shuffle or --mode inflate"
+        )
+
+
+def schedule_order(
+    pods: Sequence[SimPod], nodes: Sequence[SimNode], mode: str, seed: int, shuffle: bool, target: float
+) -> tuple[list[SimPod], bool]:
+    """The pods to submit and whether in list order (inflate, shuffled fill) or by creation time."""
+    if mode == "inflate":
+        return inflate(pods, nodes, target, seed), True
+    if shuffle and mode == "fill":
+        return shuffled(pods, seed), True
+    return list(pods), False
 
 
 def simulate(
@@ -334,20 +449,34 @@ def simulate(
     seed: int = 0,
     progress: Callable[[int], None] | None = None,
     scheduler: SchedulerConfig | None = None,
+    sharing: str = "dra",
+    shuffle: bool = False,
+    target: float = DEFAULT_TARGET,
 ) -> PolicyResult:
     """Run the whole trace under one policy on a fresh cache; ``progress(n)`` reports handled events.
 
     ``scheduler``: the kube-scheduler profile that chooses among the nodes that pass the extender's
     filter (``simulator.schedconfig.load_scheduler_config``); None lets the extender's priority alone decide.
+    ``sharing``: ``dra`` (GPUs as shareable DRA devices, pods with claims: ``simulator.sharing``) or
+    ``none`` (whole GPUs of the device plugin). ``mode``: fill (creation order, deletions ignored;
+    ``shuffle``: a seeded random order), replay (creations and deletions in time), inflate (the FGD
+    paper's experiment: ``simulator.inflate`` up to ``target`` x the cluster's GPUs, seeded).
     """
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r} (known: {', '.join(MODES)})")
+    if sharing not in SHARING:
+        raise ValueError(f"unknown sharing {sharing!r} (known: {', '.join(SHARING)})")
+    check_order(pods, mode)
     config = policy_config(base, policy)
     started = time.perf_counter()
-    result = asyncio.run(_run(policy, config, nodes, pods, mode, seed, progress, scheduler))
+    ordered, in_order = schedule_order(pods, nodes, mode, seed, shuffle, target)
+    if sharing == "dra":
+        ordered = [dra.with_claim(pod) for pod in ordered]
+    result = asyncio.run(_run(policy, config, nodes, ordered, mode, seed, progress, scheduler, sharing, in_order, pods))
     result.wall_seconds = time.perf_counter() - started
     return result
 
 
 def event_count(pods: Sequence[SimPod], mode: str) -> int:
+    """Events of a fill or replay run (inflate: the length of the inflated list)."""
     return len(pods) + (sum(pod.deleted is not None for pod in pods) if mode == "replay" else 0)

@@ -74,6 +74,7 @@ class SimPod:
     deleted: float | None = None
     namespace: str = NAMESPACE
     uid: str = ""
+    file_ordered: bool = False  # no creation_time: ``created`` is the pod's position in the file
 
     def __post_init__(self) -> None:
         if not self.uid:
@@ -169,6 +170,7 @@ def load_pods_csv(path: str | Path) -> list[SimPod]:
         gpu_milli = _int(path, line, row, "gpu_milli", 1000 if gpus else 0)
         if gpus and gpu_milli == 0:
             raise TraceError(f"{path}:{line}: column gpu_milli: 0 with num_gpu {gpus}")
+        file_ordered = not (row.get("creation_time") or "").strip()
         created = _int(path, line, row, "creation_time", len(pods))
         deletion_text = (row.get("deletion_time") or "").strip()
         deleted = float(_int(path, line, row, "deletion_time")) if deletion_text else None
@@ -186,6 +188,7 @@ def load_pods_csv(path: str | Path) -> list[SimPod]:
                 spec,
                 created,
                 deleted,
+                file_ordered=file_ordered,
             )
         )
     return pods
@@ -222,6 +225,7 @@ def _yaml_pods(path: str | Path) -> list[SimPod]:
                 float(index),
                 namespace=info.namespace,
                 uid=info.uid,
+                file_ordered=True,
             )
         )
     return pods

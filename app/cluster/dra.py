@@ -56,6 +56,7 @@ from allocator.taints import DeviceTaintRule, TaintRules
 from app.cluster import dra_views
 from app.cluster.changes import ChangeSignal
 from app.cluster.dra_extended import Amounts, ExtendedResources, Held, held
+from app.cluster.dra_fast import FastDevices
 from app.cluster.relist import apply_relist
 
 __all__ = ["AllocatedDevices", "DraState", "InFlight", "Proposal", "SharedView"]
@@ -137,6 +138,7 @@ class DraState:
     claim_changes: ChangeSignal = field(default_factory=ChangeSignal)  # bumped on every claim change
     extended: ExtendedResources = field(default_factory=ExtendedResources)
     listener: Callable[[list[str]], None] | None = None  # told of nodes whose extended amounts changed
+    fast: FastDevices = field(default_factory=FastDevices)  # free capacity per class, for simple claims
 
     # ------------------------------------------------------------------ nodes
     def node_ref(self, name: str) -> NodeRef | None:
@@ -146,11 +148,21 @@ class DraState:
         ref = self._node_refs.get(name)
         if ref is None or ref.labels != labels:
             self._node_refs[name] = NodeRef(name, dict(labels))
+            self.fast.invalidate()
             self._recount([name])
 
     def delete_node(self, name: str) -> None:
         self._node_refs.pop(name, None)
+        self.fast.invalidate()
         self._recount([name])
+
+    @property
+    def node_refs(self) -> Mapping[str, NodeRef]:
+        return self._node_refs
+
+    def holders(self, device: DeviceID) -> Held:
+        """How ``device`` is held now: whole, and its shares with what they consume together."""
+        return self._holders(device)
 
     # ------------------------------------------------------------------ extended resources
     def extended_amounts(self, node: str) -> Amounts | None:
@@ -172,15 +184,19 @@ class DraState:
             self.listener(changed)
 
     def _classes_changed(self) -> None:
+        self.fast.invalidate()
         if self.extended.set_classes(self.classes.values()):
             self._recount(None)
 
     def _slices_changed(self) -> None:
         changed = self.slices.changed_nodes()  # drained on every change, counted only when it matters
+        self.fast.invalidate()
         if self.extended.classes:
             self._recount(changed)
 
     def _devices_changed(self, devices: Iterable[DeviceID]) -> None:
+        devices = list(devices)
+        self.fast.devices_changed(devices, self._holders)
         if self.extended.by_node:
             self._recount(self.extended.nodes_of(devices))
 

@@ -13,8 +13,9 @@ from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from allocator import DeviceClass, DeviceID, NodeRef, SelectorCache, SliceIndex
+from allocator import DeviceClass, DeviceID, NodePools, NodeRef, SelectorCache, SliceIndex
 from allocator.extended import class_devices, device_use, extended_resource_classes
+from allocator.pools import Candidate
 from scoring.framework import MILLI_DEVICES
 
 __all__ = ["Amounts", "ExtendedResources", "Held", "held"]
@@ -52,6 +53,9 @@ class ExtendedResources:
     by_node: dict[str, Amounts] = field(default_factory=dict)
     _devices: dict[str, tuple[DeviceID, ...]] = field(default_factory=dict)  # node -> devices counted there
     _nodes_of: dict[DeviceID, set[str]] = field(default_factory=dict)
+    # (node, resource) -> the pools and class the devices were selected from, and the devices: an
+    # allocation recounts the node without selecting again
+    _selected: dict[tuple[str, str], tuple[NodePools, DeviceClass, list[Candidate]]] = field(default_factory=dict)
 
     def amounts(self, node: str) -> Amounts | None:
         return self.by_node.get(node)
@@ -120,7 +124,12 @@ class ExtendedResources:
         amounts: dict[str, tuple[int, int]] = {}
         devices: list[DeviceID] = []
         for resource, device_class in self.classes.items():
-            found = class_devices(pools, device_class, selectors)
+            memo = self._selected.get((ref.name, resource))
+            if memo is not None and memo[0] is pools and memo[1] is device_class:
+                found = memo[2]
+            else:
+                found = class_devices(pools, device_class, selectors)
+                self._selected[(ref.name, resource)] = (pools, device_class, found)
             if not found:
                 continue
             used = 0

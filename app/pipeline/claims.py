@@ -9,17 +9,23 @@ Binding fails for certain.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 from allocator import AllocationError
 from allocator.binding import binding_state
 from app.cluster.writes import ClaimWriteError
 from app.pipeline.binding_conditions import needs_wait, wait_for_binding_conditions
-from app.pipeline.dynamicresources import ClaimWriter, DynamicResources, Reservation
+from app.pipeline.dynamicresources import ClaimWriter, DynamicResources, FastVerdicts, Reservation
 from app.pipeline.framework import BindCycle, FilterCycle, FilterError, Participant, Refusal
-from scoring.framework import PodInfo, Status
+from scoring.framework import Code, PodInfo, Status
+from scoring.table import CODES
+
+UNRESOLVABLE = CODES.index(Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
 
 __all__ = ["DraClaims"]
 
@@ -47,11 +53,29 @@ class DraClaims(Participant):
                 return
             if not claims.allocated and not claims.unallocated and claims.extended is None:
                 return  # only extended resources no DeviceClass serves: device plugins' business
+            fast = self.dra.fast_filter(pod, claims, cycle.names)
+            passed: Sequence[str] = ()
+            if fast is not None:
+                positions, passed = self._take_fast(cycle, fast)
             by_name = {cycle.names[position]: position for position in positions}
-            for name, status in self.dra.filter_nodes(pod, claims, list(by_name)).items():
+            for name, status in self.dra.filter_nodes(pod, claims, list(by_name), passed).items():
                 cycle.verdicts.set(by_name[name], status)
         except AllocationError as exc:
             raise FilterError(f"cannot allocate the claims of pod {pod.key}: {exc}") from None
+
+    @staticmethod
+    def _take_fast(cycle: FilterCycle, fast: FastVerdicts) -> tuple[list[int], LazyNames]:
+        """Record the fast path's failures among the nodes still passing; the positions it left
+        undecided (for the full allocator) and the names it passed."""
+        verdicts = cycle.verdicts
+        passing = verdicts.codes == 0
+        failing = np.flatnonzero(passing & fast.decided & ~fast.passes)
+        if len(failing):
+            verdicts.codes[failing] = UNRESOLVABLE
+            verdicts.reason_index[failing] = fast.reason[failing] + len(verdicts.reasons)
+            verdicts.reasons.extend(fast.reasons)
+        undecided = [int(p) for p in np.flatnonzero(passing & ~fast.decided)]
+        return undecided, LazyNames(cycle.names, np.flatnonzero(passing & fast.decided & fast.passes))
 
     def reserve(self, cycle: BindCycle) -> Refusal | None:
         """Choose the devices on the node and count them in flight (before the first await)."""
@@ -128,6 +152,24 @@ class DraClaims(Participant):
         if isinstance(claims, Status):
             return {name: {"passed": False, "reason": claims.reason} for name in names}
         return {name: self.dra.explain(pod, claims, name) for name in names}
+
+
+class LazyNames(Sequence[str]):
+    """Names at positions, made into strings only if someone reads them (a /bind on a node the
+    fast path passed)."""
+
+    def __init__(self, names: Sequence[str], positions: npt.NDArray[np.intp]) -> None:
+        self._names, self._positions = names, positions
+
+    def __len__(self) -> int:
+        return len(self._positions)
+
+    def __getitem__(self, index: int) -> str:  # type: ignore[override]
+        return self._names[int(self._positions[index])]
+
+    def __iter__(self) -> Iterator[str]:
+        names = self._names
+        return (names[p] for p in self._positions.tolist())
 
 
 @dataclass(slots=True)

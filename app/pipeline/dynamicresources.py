@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from allocator import (
@@ -41,17 +41,18 @@ from allocator import (
     device_class_mapping,
     is_extended_resource_claim,
     node_selector_matches,
-    parse_resource_claim,
-    plan_extended_claim,
 )
 from app.cluster.dra import DraState
 from app.cluster.writes import ClaimWriteError
+from app.pipeline.dra_fast_path import FastPath, FastVerdicts, LazyProposals
+from app.pipeline.extended_claims import ExtendedClaims
 from scoring.framework import Code, PodInfo, Status
 
 __all__ = [
     "RESERVED_FOR_MAX",
     "ClaimWriter",
     "DynamicResources",
+    "FastVerdicts",
     "PodClaims",
     "Reservation",
 ]
@@ -79,38 +80,6 @@ class ClaimWriter(Protocol):
     async def delete(self, claim: ResourceClaim) -> None: ...
 
     async def record_extended_claim(self, pod: PodInfo, claim: str, mappings: tuple[RequestMapping, ...]) -> None: ...
-
-
-# The in-memory name of the special claim until the API server names it (not a valid name, as upstream).
-SPECIAL_CLAIM_NAME = "<extended-resources>"
-
-
-@dataclass(slots=True)
-class ExtendedClaims:
-    """The pod's extended resources that DeviceClasses serve (DRAExtendedResource), and the special
-    claim each node needs: only the resources the node does not advertise through a device plugin."""
-
-    pod: PodInfo
-    classes: Mapping[str, str]  # resource -> DeviceClass name, for the resources the pod asks for
-    _by_need: dict[frozenset[str], tuple[ResourceClaim, ExtendedClaimPlan] | None] = field(default_factory=dict)
-
-    def for_node(self, allocatable: Mapping[str, int] | None) -> tuple[ResourceClaim, ExtendedClaimPlan] | None:
-        served = allocatable or {}
-        missing = [r for r in self.classes if served.get(r, 0) <= 0]
-        if not missing:
-            return None  # device plugins advertise them all here
-        need = frozenset(missing)
-        if need not in self._by_need:
-            self._by_need[need] = self._claim(need)
-        return self._by_need[need]
-
-    def _claim(self, need: frozenset[str]) -> tuple[ResourceClaim, ExtendedClaimPlan] | None:
-        plan = plan_extended_claim(self.pod.extended_requests, {r: self.classes[r] for r in need})
-        if plan is None:
-            return None
-        obj = claim_object(self.pod.namespace, self.pod.name, self.pod.uid, plan)
-        obj["metadata"] |= {"name": SPECIAL_CLAIM_NAME, "uid": f"extended-resources/{self.pod.uid}"}
-        return parse_resource_claim(obj), plan
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +129,7 @@ class DynamicResources:
         self.state = state
         self.wall_clock = wall_clock
         self.allocatable = allocatable  # a node's allocatable: what its device plugins advertise
+        self.fast = FastPath(state)
 
     # ------------------------------------------------------------------ PreFilter
     def prefilter(self, pod: PodInfo) -> PodClaims | Status:
@@ -250,8 +220,11 @@ class DynamicResources:
         special = claims.extended.for_node(self.allocatable(node)) if claims.extended is not None else None
         return claims.unallocated if special is None else (*claims.unallocated, special[0])
 
-    def filter_nodes(self, pod: PodInfo, claims: PodClaims, nodes: Sequence[str]) -> dict[str, Status]:
-        """Failures among ``nodes``; records the pod's proposals for the nodes that pass."""
+    def filter_nodes(
+        self, pod: PodInfo, claims: PodClaims, nodes: Sequence[str], fast: Sequence[str] = ()
+    ) -> dict[str, Status]:
+        """Failures among ``nodes``; records the pod's proposals for the nodes that pass, and for the
+        nodes ``fast`` passed (``fast_filter``) proposals made when /bind asks for them."""
         allocator = self.allocator(pod.uid)
         failures: dict[str, Status] = {}
         proposals: dict[str, tuple[AllocationResult, ...]] = {}
@@ -262,8 +235,20 @@ class DynamicResources:
             elif results:
                 proposals[node] = results
         if claims.unallocated and claims.extended is None:  # the special claim differs per node: no proposals
-            self.state.propose(pod.uid, claims.unallocated_keys, proposals)
+            by_node: Mapping[str, tuple[AllocationResult, ...]] = proposals
+            if fast:
+                by_node = LazyProposals(
+                    proposals, fast, lambda node: self.filter(self.allocator(pod.uid), claims, node)
+                )
+            self.state.propose(pod.uid, claims.unallocated_keys, by_node)
         return failures
+
+    def fast_filter(self, pod: PodInfo, claims: PodClaims, names: Sequence[str]) -> FastVerdicts | None:
+        """Decide a simple pod on every node at once (``app.pipeline.dra_fast_path``); None when it is not
+        simple. Nodes left undecided go to ``filter``."""
+        if claims.allocated or len(claims.unallocated) != 1 or claims.extended is not None:
+            return None
+        return self.fast.verdicts(pod, claims.unallocated[0], names)
 
     def explain(self, pod: PodInfo, claims: PodClaims, node: str) -> dict[str, object]:
         """Which devices /bind would pick on ``node`` (for /debug/explain)."""

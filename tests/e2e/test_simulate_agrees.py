@@ -65,7 +65,9 @@ def _simulated(tmp_path: Path) -> tuple[dict[str, tuple[int, int]], set[str]]:
     )
     config = parse_config(extender_config())
     scheduler = load_scheduler_config(DEPLOY / "kube-scheduler-config.yaml")
-    result = simulate("fitplus-sra", config, load_nodes_csv(nodes), load_pods_csv(pods), scheduler=scheduler)
+    result = simulate(
+        "fitplus-sra", config, load_nodes_csv(nodes), load_pods_csv(pods), scheduler=scheduler, sharing="none"
+    )
     gpus = dict(zip((f"p{i:02d}" for i in range(len(TRACE))), TRACE, strict=True))
     used: dict[str, tuple[int, int]] = {}
     for pod, node in result.placements.items():

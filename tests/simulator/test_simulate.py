@@ -138,7 +138,7 @@ def test_snapshot_nodes_and_yaml_pod_list(tmp_path: Path) -> None:
     train, web = load_pods(path)
     assert (train.gpus, train.gpu_spec, web.kind) == (2, frozenset({"NVIDIA-A100-SXM4-80GB"}), KIND_CPU)
     assert "nodeName" not in json.loads(train.body)["spec"]  # the simulator decides the node
-    result = simulate("fitplus-sra", load_config(None), nodes, [train, web])
+    result = simulate("fitplus-sra", load_config(None), nodes, [train, web], sharing="none")
     assert result.placements["train"].startswith("dgx-a100-")
     # Hand-check: SRA scores nvidia.com/gpu nodes low for a CPU pod; the DRA nodes advertise no
     # nvidia.com/gpu, so to the simulator (and to SRA, see README "Known gap") they are CPU nodes.
@@ -173,7 +173,7 @@ def test_cpu_pod_stays_off_the_gpu_node_under_fitplus_sra(tmp_path: Path, seed: 
     nodes, pods = trace(
         tmp_path, "gpu-node,8000,16384,4,T4\ncpu-node,8000,16384,0,\n", "web,1000,1024,0,0,,LS,Running,0,,0\n"
     )
-    result = simulate("fitplus-sra", load_config(None), nodes, pods, seed=seed)
+    result = simulate("fitplus-sra", load_config(None), nodes, pods, seed=seed, sharing="none")
     assert result.placements == {"web": "cpu-node"}
     assert result.cpu_pods_on_gpu_nodes == 0
 
@@ -187,7 +187,7 @@ def test_one_gpu_pod_packs_under_most_allocated(tmp_path: Path, seed: int) -> No
         "a,16000,65536,4,T4\nb,16000,65536,4,T4\n",
         "p1,1000,1024,1,1000,,LS,Running,0,,0\np2,1000,1024,1,1000,,LS,Running,1,,1\n",
     )
-    result = simulate("most-allocated", load_config(None), nodes, pods, seed=seed)
+    result = simulate("most-allocated", load_config(None), nodes, pods, seed=seed, sharing="none")
     assert result.placements["p1"] == result.placements["p2"]
 
 
@@ -201,7 +201,7 @@ def test_least_allocated_spreads_and_strands_gpus_that_most_allocated_keeps(tmp_
         "p1,1000,1024,1,1000,,LS,Running,0,,0\np2,1000,1024,1,1000,,LS,Running,1,,1\n"
         "big,1000,1024,2,1000,,LS,Running,2,,2\n",
     )
-    spread = simulate("least-allocated", load_config(None), nodes, pods)
+    spread = simulate("least-allocated", load_config(None), nodes, pods, sharing="none")
     assert spread.placements["p1"] != spread.placements["p2"]
     assert spread.failed == {KIND_CPU: 0, KIND_ONE_GPU: 0, KIND_MULTI_GPU: 1}
     failure = spread.first_gpu_failure
@@ -211,7 +211,7 @@ def test_least_allocated_spreads_and_strands_gpus_that_most_allocated_keeps(tmp_
     assert (spread.gpu_demand, spread.gpu_placed) == (4, 2)
     assert spread.gpu_demand_share == 0.5
     assert spread.curve == [(1, 1), (2, 2), (4, 2)]
-    packed = simulate("most-allocated", load_config(None), nodes, pods)
+    packed = simulate("most-allocated", load_config(None), nodes, pods, sharing="none")
     assert packed.failed[KIND_MULTI_GPU] == 0 and packed.first_gpu_failure is None
     assert packed.gpu_demand_share == 1.0
 
@@ -223,7 +223,7 @@ def test_gpu_spec_restricts_the_model(tmp_path: Path) -> None:
         "want-v100,1000,1024,1,1000,V100M16|V100M32,LS,Running,0,,0\nwant-a10,1000,1024,1,1000,A10,LS,Running,1,,1\n",
     )
     for policy in ("fitplus-sra", "least-allocated", "most-allocated", "random"):
-        result = simulate(policy, load_config(None), nodes, pods)
+        result = simulate(policy, load_config(None), nodes, pods, sharing="none")
         assert result.placements == {"want-v100": "v100"}
         failure = result.first_gpu_failure
         assert failure is not None and failure.pod == "want-a10"
@@ -237,7 +237,7 @@ def test_sharing_pods_take_a_whole_gpu_and_are_counted(tmp_path: Path) -> None:
         "a,8000,16384,1,T4\n",
         "s1,1000,1024,1,500,,LS,Running,0,,0\ns2,1000,1024,1,250,,LS,Running,1,,1\n",
     )
-    result = simulate("fitplus-sra", load_config(None), nodes, pods)
+    result = simulate("fitplus-sra", load_config(None), nodes, pods, sharing="none")
     assert result.shared_gpu_pods == 2
     assert result.placed[KIND_ONE_GPU] == 1 and result.failed[KIND_ONE_GPU] == 1
 
@@ -248,7 +248,7 @@ def test_cpu_and_memory_are_checked_too(tmp_path: Path) -> None:
         "a,4000,4096,0,\n",
         "p1,3000,1024,0,0,,LS,Running,0,,0\np2,2000,1024,0,0,,LS,Running,1,,1\np3,1000,4096,0,0,,LS,Running,2,,2\n",
     )
-    result = simulate("random", load_config(None), nodes, pods)
+    result = simulate("random", load_config(None), nodes, pods, sharing="none")
     assert list(result.placements) == ["p1"]  # p2: 5000m > 4000m; p3: 5 GiB > 4 GiB
     assert result.failed[KIND_CPU] == 2
 
@@ -274,14 +274,14 @@ def test_replay_frees_capacity_at_deletion_and_fill_ignores_it(tmp_path: Path) -
         "first,1000,1024,1,1000,,LS,Running,0,10,0\nsecond,1000,1024,1,1000,,LS,Running,20,30,20\n"
         "third,1000,1024,1,1000,,LS,Running,30,,30\n",
     )
-    replay = simulate("fitplus-sra", load_config(None), nodes, pods, mode="replay")
+    replay = simulate("fitplus-sra", load_config(None), nodes, pods, mode="replay", sharing="none")
     # first runs 0..10, second 20..30, third arrives at 30 when second leaves (deletions go first).
     assert replay.placed[KIND_ONE_GPU] == 3 and replay.first_gpu_failure is None
     assert replay.placements == {"third": "a"}
     assert replay.final_allocated_gpus == 1
     assert replay.curve == [(1, 1), (2, 1), (3, 1)]
     assert replay.peak_allocated_gpus == 1
-    fill = simulate("fitplus-sra", load_config(None), nodes, pods, mode="fill")
+    fill = simulate("fitplus-sra", load_config(None), nodes, pods, mode="fill", sharing="none")
     assert fill.placed[KIND_ONE_GPU] == 1 and fill.failed[KIND_ONE_GPU] == 2
     assert fill.placements == {"first": "a"}
 
@@ -292,7 +292,7 @@ def test_replay_deletes_a_pod_that_ends_the_instant_it_starts_after_creating_it(
         "a,8000,16384,1,T4\n",
         "blink,1000,1024,1,1000,,LS,Running,5,5,5\nnext,1000,1024,1,1000,,LS,Running,6,,6\n",
     )
-    result = simulate("fitplus-sra", load_config(None), nodes, pods, mode="replay")
+    result = simulate("fitplus-sra", load_config(None), nodes, pods, mode="replay", sharing="none")
     assert result.placements == {"next": "a"} and result.failed[KIND_ONE_GPU] == 0
 
 
@@ -302,15 +302,15 @@ def test_the_seed_makes_runs_repeatable(tmp_path: Path) -> None:
         "".join(f"n{i},8000,16384,2,T4\n" for i in range(8)),
         "".join(f"p{i},1000,1024,1,1000,,LS,Running,{i},,{i}\n" for i in range(12)),
     )
-    first = simulate("random", load_config(None), nodes, pods, seed=7)
-    again = simulate("random", load_config(None), nodes, pods, seed=7)
+    first = simulate("random", load_config(None), nodes, pods, seed=7, sharing="none")
+    again = simulate("random", load_config(None), nodes, pods, seed=7, sharing="none")
     assert first.placements == again.placements and len(first.placements) == 12
 
 
 def test_unknown_mode_is_refused(tmp_path: Path) -> None:
     nodes, pods = trace(tmp_path, "a,1,1,0,\n", "p,1,1,0,0,,LS,Running,0,,0\n")
-    with pytest.raises(ValueError, match="unknown mode 'inflate'"):
-        simulate("random", load_config(None), nodes, pods, mode="inflate")
+    with pytest.raises(ValueError, match="unknown mode 'shrink'"):
+        simulate("random", load_config(None), nodes, pods, mode="shrink", sharing="none")
 
 
 # ------------------------------------------------------------------------------------ CLI
@@ -374,12 +374,13 @@ def test_in_tree_scores_outweigh_a_weight_one_extender(tmp_path: Path, seed: int
         "p1,8000,65536,1,1000,,LS,Running,0,,0\np2,8000,65536,1,1000,,LS,Running,1,,1\n",
     )
     old_config, old_scheduler = old_shipped()
-    spread = simulate("fitplus-sra", old_config, nodes, pods, seed=seed, scheduler=old_scheduler)
+    spread = simulate("fitplus-sra", old_config, nodes, pods, seed=seed, scheduler=old_scheduler, sharing="none")
     assert spread.placements["p1"] != spread.placements["p2"]
-    alone = simulate("fitplus-sra", old_config, nodes, pods, seed=seed)  # the extender's priority alone: 8 > 7
+    # the extender's priority alone: 8 > 7
+    alone = simulate("fitplus-sra", old_config, nodes, pods, seed=seed, sharing="none")
     assert alone.placements["p1"] == alone.placements["p2"]
     new_config, new_scheduler = new_shipped()
-    packed = simulate("fitplus-sra", new_config, nodes, pods, seed=seed, scheduler=new_scheduler)
+    packed = simulate("fitplus-sra", new_config, nodes, pods, seed=seed, scheduler=new_scheduler, sharing="none")
     assert packed.placements["p1"] == packed.placements["p2"]
 
 
@@ -406,9 +407,9 @@ def test_old_shipped_configuration_spreads_gpus_that_the_new_one_packs(tmp_path:
         return {result.placements[name] for name in one_gpu if name in result.placements}
 
     old_config, old_scheduler = old_shipped()
-    old = simulate("fitplus-sra", old_config, nodes, pods, seed=seed, scheduler=old_scheduler)
+    old = simulate("fitplus-sra", old_config, nodes, pods, seed=seed, scheduler=old_scheduler, sharing="none")
     new_config, new_scheduler = new_shipped()
-    new = simulate("fitplus-sra", new_config, nodes, pods, seed=seed, scheduler=new_scheduler)
+    new = simulate("fitplus-sra", new_config, nodes, pods, seed=seed, scheduler=new_scheduler, sharing="none")
     placed = [name for name in one_gpu if name in new.placements]
     assert len(gpu_nodes_used(new)) <= -(-len(placed) // 8) + 3  # packed: close to the fewest whole nodes
     assert len(gpu_nodes_used(old)) >= len(gpu_nodes_used(new)) + 5  # spread over many more GPU nodes

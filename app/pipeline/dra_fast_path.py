@@ -1,0 +1,106 @@
+"""The DRA participant's fast path: a pod with one simple claim decided on every candidate node at
+once from the per-node free capacity (``app.cluster.dra_fast``), instead of one allocator search per
+node; and the proposals of the nodes it passed, made only for the node /bind asks about."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from allocator import AllocationError, AllocationResult, ResourceClaim
+from allocator.requests import claim_requests
+from app.cluster.dra import DraState
+from app.cluster.dra_fast import DeviceTable, decide, node_index, simple_request
+from scoring.framework import Code, PodInfo, Status
+
+__all__ = ["FastPath", "FastVerdicts", "LazyProposals"]
+
+
+class LazyProposals(Mapping[str, tuple[AllocationResult, ...]]):
+    """Proposals of the nodes the fast path passed, allocated only for the node /bind asks about
+    (then as the state is at that moment, which is what /bind checks a proposal against anyway)."""
+
+    def __init__(
+        self,
+        made: Mapping[str, tuple[AllocationResult, ...]],
+        passed: Sequence[str],
+        allocate: Callable[[str], tuple[Status, tuple[AllocationResult, ...] | None]],
+    ) -> None:
+        self._made = dict(made)
+        self._passed = passed
+        self._allocate = allocate
+        self._names: set[str] | None = None
+
+    def _keys(self) -> set[str]:
+        if self._names is None:
+            self._names = set(self._passed)
+        return self._names
+
+    def __getitem__(self, node: str) -> tuple[AllocationResult, ...]:
+        found = self._made.get(node)
+        if found is None and node in self._keys():
+            status, results = self._allocate(node)
+            if status.passed and results:
+                found = self._made[node] = results
+        if found is None:
+            raise KeyError(node)
+        return found
+
+    def __iter__(self) -> Iterator[str]:
+        yield from dict.fromkeys([*self._made, *self._passed])
+
+    def __len__(self) -> int:
+        return len(set(self._made) | self._keys())
+
+
+@dataclass(frozen=True, slots=True)
+class FastVerdicts:
+    """The fast path's answer for a list of node names (``FastPath.verdicts``)."""
+
+    decided: npt.NDArray[np.bool_]  # per name: decided without the search (else: the full allocator)
+    passes: npt.NDArray[np.bool_]
+    reason: npt.NDArray[np.intp]  # per name: index into ``reasons`` (read where decided and failing)
+    reasons: tuple[Status, ...]
+
+
+class FastPath:
+    def __init__(self, state: DraState) -> None:
+        self.state = state
+        # the last candidate list (by identity: kube-scheduler sends the same one again) and its node indices
+        self._index: tuple[Sequence[str], DeviceTable, npt.NDArray[np.intp]] | None = None
+        self._statuses: tuple[DeviceTable, tuple[Status, ...]] | None = None
+
+    def verdicts(self, pod: PodInfo, claim: ResourceClaim, names: Sequence[str]) -> FastVerdicts | None:
+        """``claim`` (the pod's only claim to allocate) on every node of ``names``; None when it is not
+        simple (``app.cluster.dra_fast.simple_request``) or the state needs the full search."""
+        state = self.state
+        if state.taint_rules or pod.uid in state.inflight:
+            return None
+        if claim.constraints or len(claim.requests) != 1:
+            return None
+        try:
+            (alternatives,) = claim_requests(claim, state.classes, state.selectors)
+        except AllocationError:
+            return None  # the full path raises it for the pod (or answers per node)
+        if len(alternatives) != 1 or not simple_request(alternatives[0]):
+            return None
+        alt = alternatives[0]
+        table = state.fast.table(alt.device_class, state.node_refs, state.slices, state.selectors, state.holders)
+        cached = self._index
+        if cached is not None and cached[0] is names and cached[1] is table:
+            index = cached[2]
+        else:
+            index = node_index(table, names)
+            self._index = (names, table, index)
+        decision = decide(table, alt, index)
+        if decision is None:
+            return None
+        if self._statuses is None or self._statuses[0] is not table:
+            self._statuses = (
+                table,
+                tuple(Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, reason) for reason in table.reasons),
+            )
+        return FastVerdicts(*decision, self._statuses[1])

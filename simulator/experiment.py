@@ -1,0 +1,130 @@
+"""Many runs at once: policies x seeds in a process pool, summarised per policy over the seeds.
+
+Each run is independent (its own cache, service and seeded draw), so the runs of
+``--seeds N`` go to a ``ProcessPoolExecutor``; the trace, nodes and configuration are handed to
+each worker once. A summary gives, per policy and figure, the median and the range over seeds.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from typing import Any
+
+from app.config import ExtenderConfiguration
+from simulator.metrics import CHECKPOINTS, KINDS
+from simulator.schedconfig import SchedulerConfig
+from simulator.simulate import PolicyResult, simulate
+from simulator.trace import SimNode, SimPod
+
+__all__ = ["Run", "run_all", "summarise"]
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """What every run of one experiment shares."""
+
+    base: ExtenderConfiguration
+    nodes: Sequence[SimNode]
+    pods: Sequence[SimPod]
+    mode: str
+    sharing: str
+    target: float
+    shuffle: bool
+    scheduler: SchedulerConfig | None
+
+
+_shared: Run | None = None  # in a worker process: the experiment's shared inputs
+
+
+def _init(run: Run) -> None:
+    global _shared
+    _shared = run
+
+
+def _one(policy: str, seed: int) -> PolicyResult:
+    assert _shared is not None
+    return _simulate(_shared, policy, seed)
+
+
+def _simulate(run: Run, policy: str, seed: int) -> PolicyResult:
+    result = simulate(
+        policy,
+        run.base,
+        run.nodes,
+        run.pods,
+        mode=run.mode,
+        seed=seed,
+        scheduler=run.scheduler,
+        sharing=run.sharing,
+        shuffle=run.shuffle,
+        target=run.target,
+    )
+    result.placements.clear()  # not reported; keeps what goes back to the parent small
+    return result
+
+
+def run_all(
+    run: Run,
+    policies: Sequence[str],
+    seeds: Sequence[int],
+    workers: int,
+    done: Callable[[PolicyResult], None] | None = None,
+) -> list[PolicyResult]:
+    """Every (policy, seed), in ``workers`` processes (1: in this process); results in
+    policy-then-seed order, ``done`` called as each finishes."""
+    tasks = [(policy, seed) for policy in policies for seed in seeds]
+    results: dict[tuple[str, int], PolicyResult] = {}
+    if workers <= 1 or len(tasks) == 1:
+        for policy, seed in tasks:
+            results[(policy, seed)] = result = _simulate(run, policy, seed)
+            if done is not None:
+                done(result)
+    else:
+        with ProcessPoolExecutor(max_workers=workers, initializer=_init, initargs=(run,)) as pool:
+            futures = {pool.submit(_one, policy, seed): (policy, seed) for policy, seed in tasks}
+            for future in as_completed(futures):
+                results[futures[future]] = result = future.result()
+                if done is not None:
+                    done(result)
+    return [results[task] for task in tasks]
+
+
+def _spread(values: Sequence[float]) -> dict[str, float] | None:
+    if not values:
+        return None
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def summarise(results: Sequence[PolicyResult]) -> list[dict[str, Any]]:
+    """Per policy (in first-seen order): median, min and max over seeds of every checkpoint figure,
+    failures by kind and wall time."""
+    by_policy: dict[str, list[PolicyResult]] = {}
+    for result in results:
+        by_policy.setdefault(result.policy, []).append(result)
+    out = []
+    for policy, runs in by_policy.items():
+        checkpoints: dict[str, dict[str, Any]] = {}
+        per_run = [r.metrics.checkpoints() if r.metrics is not None else {} for r in runs]
+        for point in CHECKPOINTS:
+            figures: dict[str, Any] = {}
+            for name in ("allocation", "unallocated", "unallocatedGpus", "fragmentation", "fragmentedGpus"):
+                values = [f[name] for c in per_run if (f := c.get(point)) is not None and name in f]
+                figures[name] = _spread(values)
+            checkpoints[str(point)] = figures
+        failed = {
+            kind: _spread([float(r.metrics.failed[kind]) for r in runs if r.metrics is not None]) for kind in KINDS
+        }
+        out.append(
+            {
+                "policy": policy,
+                "sharing": runs[0].sharing,
+                "seeds": [r.seed for r in runs],
+                "checkpoints": checkpoints,
+                "failedByKind": failed,
+                "wallSeconds": _spread([r.wall_seconds for r in runs]),
+            }
+        )
+    return out

@@ -1,0 +1,166 @@
+"""The DRA fast path (``app.cluster.dra_fast``) against the full allocator search.
+
+Random nodes publish devices (shared or not, with or without capacity and request policies, some
+tainted or with binding conditions, which the fast path must leave to the allocator), random claims
+already hold whole devices or shares, and a random pod claim asks for ExactCount devices with or
+without a capacity request. Wherever the fast path decides a node, it must say what the full
+search says: pass or fail, and the same reason.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from app.cluster.objects import claim_from_obj, pod_from_obj
+from app.pipeline.dynamicresources import DynamicResources, PodClaims
+from tests.conftest import DRIVER, claim_obj, device_class_obj, make_service, node_obj, pod_obj, slice_obj, with_claims
+
+NODES = ("n0", "n1", "n2")
+
+
+@st.composite
+def policies(draw: st.DrawFn) -> dict[str, Any] | None:
+    kind = draw(st.sampled_from(["none", "range", "step", "values", "default"]))
+    if kind == "none":
+        return None
+    if kind == "range":
+        return {"validRange": {"min": str(draw(st.integers(1, 3))), "max": str(draw(st.integers(3, 8)))}}
+    if kind == "step":
+        return {"validRange": {"min": "1", "step": str(draw(st.integers(1, 3)))}}
+    if kind == "values":
+        values = sorted(draw(st.sets(st.integers(1, 8), min_size=1, max_size=3)))
+        return {"validValues": [str(v) for v in values]}
+    return {"default": str(draw(st.integers(1, 4)))}
+
+
+@st.composite
+def devices(draw: st.DrawFn, node: str) -> list[dict[str, Any]]:
+    out = []
+    for i in range(draw(st.integers(0, 4))):
+        device: dict[str, Any] = {"name": f"d{i}", "attributes": {"kind": {"string": draw(st.sampled_from("ab"))}}}
+        if draw(st.booleans()):
+            device["allowMultipleAllocations"] = True
+        if draw(st.booleans()):
+            capacity: dict[str, Any] = {"value": str(draw(st.integers(1, 8)))}
+            policy = draw(policies()) if device.get("allowMultipleAllocations") else None
+            if policy is not None:
+                capacity["requestPolicy"] = policy
+            device["capacity"] = {"mem": capacity}
+        if draw(st.integers(0, 9)) == 0:
+            device["taints"] = [{"key": "k", "effect": "NoSchedule"}]
+        out.append(device)
+    return out
+
+
+def allocated(name: str, node: str, held: list[tuple[str, int | None]]) -> dict[str, Any]:
+    """A claim already allocated on ``node``: per device a share consuming ``mem`` or the whole device."""
+    obj = claim_obj(name)
+    results = []
+    for device, mem in held:
+        result: dict[str, Any] = {"request": "gpu", "driver": DRIVER, "pool": node, "device": device}
+        if mem is not None:
+            result["shareID"] = str(uuid.uuid4())
+            result["consumedCapacity"] = {"mem": str(mem)}
+        results.append(result)
+    obj["status"] = {"allocation": {"devices": {"results": results}}}
+    return obj
+
+
+@st.composite
+def clusters(draw: st.DrawFn) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    selector = draw(st.sampled_from([None, 'device.attributes["gpu.example.com"].kind == "a"']))
+    objects: list[dict[str, Any]] = [device_class_obj(expression=selector)]
+    for node in NODES:
+        published = draw(devices(node))
+        objects.append(slice_obj(f"{node}-slice", published, node=node))
+        for i, device in enumerate(published):
+            if draw(st.integers(0, 2)) == 0:
+                continue
+            shares = draw(st.integers(1, 2)) if device.get("allowMultipleAllocations") else 1
+            for share in range(shares):
+                mem = draw(st.integers(0, 4)) if device.get("allowMultipleAllocations") else None
+                objects.append(allocated(f"{node}-{i}-{share}", node, [(device["name"], mem)]))
+    request = claim_obj("mine", count=draw(st.integers(1, 3)))
+    if draw(st.booleans()):
+        exactly = request["spec"]["devices"]["requests"][0]["exactly"]
+        exactly["capacity"] = {"requests": {"mem": str(draw(st.integers(1, 9)))}}
+    return objects, request
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters())
+def test_the_fast_path_decides_every_node_as_the_allocator_does(cluster: tuple[list[dict[str, Any]], Any]) -> None:
+    objects, request = cluster
+    service = make_service([node_obj(n, gpus=None) for n in NODES], dra=objects)
+    state = service.cache.dra
+    state.upsert_claim(claim_from_obj(request))
+    pod = pod_from_obj(with_claims(pod_obj("p"), "mine"))
+    dra = DynamicResources(state)
+    claims = dra.prefilter(pod)
+    assert isinstance(claims, PodClaims)
+    names = [*NODES, "unknown"]
+    fast = dra.fast_filter(pod, claims, names)
+    assert fast is not None  # one simple claim: the fast path answers (deciding some nodes)
+    allocator = dra.allocator(pod.uid)
+    for position, name in enumerate(names):
+        status, _ = dra.filter(allocator, claims, name)
+        if not fast.decided[position]:
+            continue
+        assert bool(fast.passes[position]) == status.passed, name
+        if not status.passed:
+            assert fast.reasons[fast.reason[position]] == status, name
+
+
+def test_tainted_devices_and_unknown_nodes_go_to_the_allocator() -> None:
+    tainted = {"name": "d0", "taints": [{"key": "k", "effect": "NoSchedule"}]}
+    objects = [
+        device_class_obj(),
+        slice_obj("n0-slice", [tainted], node="n0"),
+        slice_obj("n1-slice", [{"name": "d0"}], node="n1"),
+    ]
+    service = make_service([node_obj("n0", gpus=None), node_obj("n1", gpus=None)], dra=objects)
+    service.cache.dra.upsert_claim(claim_from_obj(claim_obj("mine")))
+    pod = pod_from_obj(with_claims(pod_obj("p"), "mine"))
+    dra = DynamicResources(service.cache.dra)
+    claims = dra.prefilter(pod)
+    assert isinstance(claims, PodClaims)
+    fast = dra.fast_filter(pod, claims, ["n0", "n1", "n9"])
+    assert fast is not None
+    assert fast.decided.tolist() == [False, True, False] and bool(fast.passes[1])
+
+
+def test_a_pod_with_two_claims_is_not_simple() -> None:
+    objects = [device_class_obj(), slice_obj("n0-slice", [{"name": "d0"}, {"name": "d1"}], node="n0")]
+    service = make_service([node_obj("n0", gpus=None)], dra=objects)
+    for name in ("a", "b"):
+        service.cache.dra.upsert_claim(claim_from_obj(claim_obj(name)))
+    pod = pod_from_obj(with_claims(pod_obj("p"), "a", "b"))
+    dra = DynamicResources(service.cache.dra)
+    claims = dra.prefilter(pod)
+    assert isinstance(claims, PodClaims)
+    assert dra.fast_filter(pod, claims, ["n0"]) is None
+
+
+def test_allocations_update_the_table_in_place() -> None:
+    shared = {"name": "d0", "allowMultipleAllocations": True, "capacity": {"mem": {"value": "4"}}}
+    objects = [device_class_obj(), slice_obj("n0-slice", [shared], node="n0")]
+    service = make_service([node_obj("n0", gpus=None)], dra=objects)
+    state = service.cache.dra
+    request = claim_obj("mine")
+    request["spec"]["devices"]["requests"][0]["exactly"]["capacity"] = {"requests": {"mem": "3"}}
+    state.upsert_claim(claim_from_obj(request))
+    pod = pod_from_obj(with_claims(pod_obj("p"), "mine"))
+    dra = DynamicResources(state)
+    claims = dra.prefilter(pod)
+    assert isinstance(claims, PodClaims)
+    fast = dra.fast_filter(pod, claims, ["n0"])
+    assert fast is not None and bool(fast.passes[0])
+    table = next(iter(state.fast.tables.values()))
+    state.upsert_claim(claim_from_obj(allocated("other", "n0", [("d0", 2)])))
+    assert next(iter(state.fast.tables.values())) is table  # updated, not rebuilt
+    fast = dra.fast_filter(pod, claims, ["n0"])
+    assert fast is not None and not fast.passes[0]  # 2 + 3 > 4
