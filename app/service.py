@@ -77,6 +77,7 @@ class ExtenderService:
         self.decisions: deque[dict[str, Any]] = deque(maxlen=config.server.decisionHistory)
         self._pending: OrderedDict[str, PodInfo] = OrderedDict()
         self._pod_memo: OrderedDict[bytes, PodInfo] = OrderedDict()
+        self._binding: set[str] = set()  # UIDs of the pods a /bind is running for
         # Filter's lag detection (filter_caught_up): the cache generation at which each pod was last left
         # with no node, the generation of the last fruitless wait, and the shortages that contradict
         # kube-scheduler (it counts these resources too, and only sends nodes where they fit).
@@ -353,6 +354,17 @@ class ExtenderService:
             return self._bind_failed(key, "bound-elsewhere", f"pod {key} is already bound to node {pod.node_name}")
         if args.node not in self.cache.nodes:
             return self._bind_failed(key, "unknown-node", f"node {args.node} is unknown to the extender")
+        if pod.uid in self._binding:
+            # kube-scheduler retried after a timeout while the first /bind still runs: two binds of one
+            # pod would undo each other's in-flight devices and claims.
+            return self._bind_failed(key, "in-progress", f"a bind of pod {key} is still in progress")
+        self._binding.add(pod.uid)
+        try:
+            return await self._bind(pod, key, args)
+        finally:
+            self._binding.discard(pod.uid)
+
+    async def _bind(self, pod: PodInfo, key: str, args: wire.BindArgs) -> dict[str, Any]:
         cycle = BindCycle(pod, args.node)
         refusal = self._admit_and_reserve(cycle)
         if refusal is None:

@@ -51,6 +51,8 @@ from allocator import (
     SliceIndex,
     allocated_device_ids,
     allocated_shares,
+    device_class_mapping,
+    is_extended_resource_claim,
 )
 from allocator.taints import DeviceTaintRule, TaintRules
 from app.cluster import dra_views
@@ -139,6 +141,8 @@ class DraState:
     extended: ExtendedResources = field(default_factory=ExtendedResources)
     listener: Callable[[list[str]], None] | None = None  # told of nodes whose extended amounts changed
     fast: FastDevices = field(default_factory=FastDevices)  # free capacity per class, for simple claims
+    _special_by_owner: dict[str, set[str]] = field(default_factory=dict)  # pod uid -> its special claims
+    _class_mapping: Mapping[str, str] | None = None
 
     # ------------------------------------------------------------------ nodes
     def node_ref(self, name: str) -> NodeRef | None:
@@ -165,6 +169,29 @@ class DraState:
         return self._holders(device)
 
     # ------------------------------------------------------------------ extended resources
+    def class_mapping(self) -> Mapping[str, str]:
+        """Extended resource name -> the DeviceClass serving it (``allocator.device_class_mapping``),
+        kept until the classes change."""
+        if self._class_mapping is None:
+            self._class_mapping = device_class_mapping(self.classes.values())
+        return self._class_mapping
+
+    def special_claims_of(self, pod_uid: str) -> frozenset[str]:
+        """Keys of the special claims (extended resources) the pod owns."""
+        return frozenset(self._special_by_owner.get(pod_uid, ()))
+
+    def _index_special(self, old: ResourceClaim | None, new: ResourceClaim | None) -> None:
+        for claim, add in ((old, False), (new, True)):
+            if claim is None or not claim.owner_pod_uid or not is_extended_resource_claim(claim.annotations):
+                continue
+            keys = self._special_by_owner.setdefault(claim.owner_pod_uid, set())
+            if add:
+                keys.add(claim.key)
+            else:
+                keys.discard(claim.key)
+                if not keys:
+                    del self._special_by_owner[claim.owner_pod_uid]
+
     def extended_amounts(self, node: str) -> Amounts | None:
         """Extended resources DRA devices serve on ``node``: (allocatable, in use) in milli-devices."""
         return self.extended.amounts(node)
@@ -184,6 +211,7 @@ class DraState:
             self.listener(changed)
 
     def _classes_changed(self) -> None:
+        self._class_mapping = None
         self.fast.invalidate()
         if self.extended.set_classes(self.classes.values()):
             self._recount(None)
@@ -243,6 +271,7 @@ class DraState:
             if new_rv is not None and old_rv is not None and new_rv < old_rv:
                 return False  # a watch event from before our own write: keep what we wrote
         self._uncount(old)
+        self._index_special(old, claim)
         self.claims[claim.key] = claim
         if claim.allocation is not None:
             for device in allocated_device_ids(claim.allocation):
@@ -256,6 +285,7 @@ class DraState:
     def delete_claim(self, key: str) -> None:
         old = self.claims.pop(key, None)
         self._uncount(old)
+        self._index_special(old, None)
         if old is not None and old.allocation is not None:
             self._devices_changed(_devices_of(old))
         self.claim_changes.notify()
@@ -279,13 +309,15 @@ class DraState:
 
     # ------------------------------------------------------------------ allocated devices
     def allocated_view(self, pod_uid: str = "") -> AllocatedDevices:
-        """Devices no other pod may take: claimed ones plus other pods' in-flight ones."""
-        return AllocatedDevices(self._claim_devices, self._inflight_devices, pod_uid)
+        """Devices no other pod may take: claimed ones plus other pods' in-flight ones. The special
+        claims the pod owns while it is being scheduled are leftovers of an earlier bind, which
+        /bind deletes: their devices do not block the pod itself."""
+        return AllocatedDevices(self._claim_devices, self._inflight_devices, pod_uid, self.special_claims_of(pod_uid))
 
     def shared_view(self, pod_uid: str = "") -> SharedView:
         """Shares of devices held by claims and by other pods' in-flight binds (the allocator's
-        ``SharedDevices``)."""
-        return SharedView(self._claim_shares, self._inflight_shares, pod_uid)
+        ``SharedDevices``), the pod's own leftover special claims left out as in ``allocated_view``."""
+        return SharedView(self._claim_shares, self._inflight_shares, pod_uid, self.special_claims_of(pod_uid))
 
     def shares(self, device: DeviceID) -> list[dict[str, Any]]:
         """Who holds which share of a device, for /debug."""
@@ -423,15 +455,17 @@ class AllocatedDevices:
     claimed: Mapping[DeviceID, str]
     inflight: Mapping[DeviceID, str]
     pod_uid: str
+    own_claims: frozenset[str] = frozenset()  # claim keys that do not block this pod
 
     def __contains__(self, device: object) -> bool:
-        if device in self.claimed:
+        claim = self.claimed.get(device)  # type: ignore[call-overload]
+        if claim is not None and claim not in self.own_claims:
             return True
         owner = self.inflight.get(device)  # type: ignore[call-overload]
         return owner is not None and owner != self.pod_uid
 
     def __iter__(self) -> Iterator[Any]:
-        yield from self.claimed
+        yield from (d for d, claim in self.claimed.items() if claim not in self.own_claims)
         yield from (d for d, owner in self.inflight.items() if owner != self.pod_uid)
 
 
@@ -443,6 +477,12 @@ class SharedView:
     claimed: Shares
     inflight: Shares
     pod_uid: str
+    own_claims: frozenset[str] = frozenset()  # claim keys whose shares do not count against this pod
+
+    def _claimed(self, device: object) -> Iterator[Mapping[str, Fraction] | None]:
+        for (holder, _), consumed in (self.claimed.get(device) or {}).items():  # type: ignore[call-overload]
+            if holder not in self.own_claims:
+                yield consumed
 
     def _inflight_others(self, device: object) -> Iterator[Mapping[str, Fraction] | None]:
         for (holder, _), consumed in (self.inflight.get(device) or {}).items():  # type: ignore[call-overload]
@@ -450,16 +490,16 @@ class SharedView:
                 yield consumed
 
     def __contains__(self, device: object) -> bool:
-        return device in self.claimed or any(True for _ in self._inflight_others(device))
+        return any(True for _ in self._claimed(device)) or any(True for _ in self._inflight_others(device))
 
     def __bool__(self) -> bool:
-        return bool(self.claimed) or any(
+        return any(holder not in self.own_claims for held in self.claimed.values() for holder, _ in held) or any(
             holder != self.pod_uid for held in self.inflight.values() for holder, _ in held
         )
 
     def consumed(self, device: DeviceID) -> Mapping[str, Fraction] | None:
         total: dict[str, Fraction] | None = None
-        for consumed in [*(self.claimed.get(device) or {}).values(), *self._inflight_others(device)]:
+        for consumed in [*self._claimed(device), *self._inflight_others(device)]:
             if consumed is None:
                 continue
             if total is None:

@@ -9,7 +9,7 @@ Binding fails for certain.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,15 +44,19 @@ class DraClaims(Participant):
         return bool(pod.claims or pod.claims_pending or pod.extended_requests)
 
     def filter(self, cycle: FilterCycle) -> None:
-        pod, positions = cycle.pod, cycle.passing()
+        pod = cycle.pod
         try:
             claims = self.dra.prefilter(pod)
             if isinstance(claims, Status):
-                for position in positions:
+                for position in cycle.passing():
                     cycle.verdicts.set(position, claims)
                 return
-            if not claims.allocated and not claims.unallocated and claims.extended is None:
-                return  # only extended resources no DeviceClass serves: device plugins' business
+            if not claims.allocated and not claims.unallocated:
+                if claims.extended is None:
+                    return  # only extended resources no DeviceClass serves: device plugins' business
+                positions = self._without_device_plugins(cycle, claims.extended.classes)
+            else:
+                positions = cycle.passing()
             fast = self.dra.fast_filter(pod, claims, cycle.names)
             passed: Sequence[str] = ()
             if fast is not None:
@@ -62,6 +66,19 @@ class DraClaims(Participant):
                 cycle.verdicts.set(by_name[name], status)
         except AllocationError as exc:
             raise FilterError(f"cannot allocate the claims of pod {pod.key}: {exc}") from None
+
+    @staticmethod
+    def _without_device_plugins(cycle: FilterCycle, resources: Iterable[str]) -> list[int]:
+        """Positions still passing where some of ``resources`` is not advertised (allocatable 0): only
+        there the special claim is needed (elsewhere the resource fit has judged the pod)."""
+        passing = cycle.verdicts.codes == 0
+        batch = cycle.batch
+        if batch is None:
+            return np.flatnonzero(passing).tolist()
+        missing = np.zeros(len(batch), dtype=np.bool_)
+        for resource in resources:
+            missing |= batch.allocatable(resource) <= 0
+        return np.flatnonzero(passing & missing & batch.known).tolist()
 
     @staticmethod
     def _take_fast(cycle: FilterCycle, fast: FastVerdicts) -> tuple[list[int], LazyNames]:
@@ -74,7 +91,7 @@ class DraClaims(Participant):
             verdicts.codes[failing] = UNRESOLVABLE
             verdicts.reason_index[failing] = fast.reason[failing] + len(verdicts.reasons)
             verdicts.reasons.extend(fast.reasons)
-        undecided = [int(p) for p in np.flatnonzero(passing & ~fast.decided)]
+        undecided: list[int] = np.flatnonzero(passing & ~fast.decided).tolist()
         return undecided, LazyNames(cycle.names, np.flatnonzero(passing & fast.decided & fast.passes))
 
     def reserve(self, cycle: BindCycle) -> Refusal | None:
@@ -108,6 +125,8 @@ class DraClaims(Participant):
         /bind undo the writes (unreserve) and answer an Error."""
         state = self.dra.state
         keys = [claim.key for claim, _ in reservation.allocate] + [claim.key for claim in reservation.reserve]
+        if reservation.extended is not None:  # the special claim pre-bind created
+            keys += sorted(state.special_claims_of(cycle.pod.uid))
         claims = [state.claims[key] for key in keys if key in state.claims]
         if not needs_wait(claims):
             return None

@@ -38,7 +38,6 @@ from allocator import (
     ResourceClaim,
     Unschedulable,
     claim_object,
-    device_class_mapping,
     is_extended_resource_claim,
     node_selector_matches,
 )
@@ -162,19 +161,16 @@ class DynamicResources:
         """The pod's requests that a DeviceClass could serve; None without any (or once bound)."""
         if not pod.extended_requests or pod.node_name or not self.state.classes:
             return None
-        mapping = device_class_mapping(self.state.classes.values())
+        mapping = self.state.class_mapping()
         classes = {r.resource: mapping[r.resource] for r in pod.extended_requests if r.resource in mapping}
         return ExtendedClaims(pod, classes) if classes else None
 
     def stale_extended_claims(self, pod: PodInfo) -> list[ResourceClaim]:
-        """Special claims a failed earlier bind of this pod left behind (upstream's PostFilter deletes them)."""
-        return [
-            claim
-            for claim in self.state.claims.values()
-            if claim.owner_pod_uid == pod.uid
-            and claim.namespace == pod.namespace
-            and is_extended_resource_claim(claim.annotations)
-        ]
+        """Special claims of this pod that an earlier bind left behind (its create or delete timed out,
+        or the extender stopped mid-bind): upstream's PostFilter deletes them; here /bind does, first.
+        Until then their devices count for every other pod, not for this one."""
+        claims = (self.state.claims.get(key) for key in sorted(self.state.special_claims_of(pod.uid)))
+        return [claim for claim in claims if claim is not None]
 
     def _in_flight_for_other(self, claim_key: str, pod_uid: str) -> str:
         for uid, entry in self.state.inflight.items():
@@ -335,6 +331,9 @@ class DynamicResources:
         """Write every claim; on failure undo what this call wrote and raise ``ClaimWriteError``."""
         written: list[tuple[ResourceClaim, AllocationResult | None]] = []
         try:
+            for stale in self.stale_extended_claims(pod):
+                await writer.delete(stale)
+                self.state.delete_claim(stale.key)
             for claim, allocation in reservation.allocate:
                 stored = await writer.allocate(claim, allocation, pod)
                 self.state.upsert_claim(stored)
@@ -362,9 +361,6 @@ class DynamicResources:
         """Upstream's PreBind for the special claim: create it (after deleting what an earlier failed
         bind left), allocate and reserve it, then record it in the pod's status."""
         _, allocation, plan = extended
-        for stale in self.stale_extended_claims(pod):
-            await writer.delete(stale)
-            self.state.delete_claim(stale.key)
         created = await writer.create(claim_object(pod.namespace, pod.name, pod.uid, plan))
         self.state.upsert_claim(created)
         written.append((created, allocation))  # undone by deleting it
@@ -404,10 +400,7 @@ class DynamicResources:
         for claim, allocation in pairs:
             out.append((self.state.claims.get(claim.key, claim), allocation))
         if reservation.extended is not None:
-            pod_uid = reservation.extended[0].owner_pod_uid
-            out.extend(
-                (claim, reservation.extended[1])
-                for claim in self.state.claims.values()
-                if claim.owner_pod_uid == pod_uid and is_extended_resource_claim(claim.annotations)
-            )
+            pod_uid = reservation.extended[0].owner_pod_uid or ""
+            for key in sorted(self.state.special_claims_of(pod_uid)):
+                out.append((self.state.claims[key], reservation.extended[1]))
         return out

@@ -25,8 +25,9 @@ class ExtendedClaims:
     _by_need: dict[frozenset[str], tuple[ResourceClaim, ExtendedClaimPlan] | None] = field(default_factory=dict)
 
     def for_node(self, allocatable: Mapping[str, int] | None) -> tuple[ResourceClaim, ExtendedClaimPlan] | None:
-        served = allocatable or {}
-        missing = [r for r in self.classes if served.get(r, 0) <= 0]
+        if allocatable is None:
+            return None  # a node the cache does not know (NodeList mode): judged by its own allocatable
+        missing = [r for r in self.classes if allocatable.get(r, 0) <= 0]
         if not missing:
             return None  # device plugins advertise them all here
         need = frozenset(missing)

@@ -25,6 +25,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
+import numpy as np
+
 from app.http.wire import Candidates
 from scoring.framework import NodeInfo, PodInfo
 from scoring.table import Batch, BatchVerdicts
@@ -70,7 +72,8 @@ class FilterCycle:
 
     def passing(self) -> list[int]:
         """Positions of the candidates every participant so far let through."""
-        return [int(p) for p in (self.verdicts.codes == 0).nonzero()[0]]
+        positions: list[int] = np.flatnonzero(self.verdicts.codes == 0).tolist()
+        return positions
 
     def merge(self, verdicts: BatchVerdicts) -> None:
         """A participant's verdicts over every candidate: its failures count where all passed so far

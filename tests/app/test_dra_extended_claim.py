@@ -11,15 +11,14 @@ and reservation, then ``status.extendedResourceClaimStatus``; Unreserve deletes 
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from allocator import EXTENDED_RESOURCE_CLAIM_ANNOTATION, RequestMapping
 from app.cluster.objects import pod_from_obj
-from app.cluster.writes import BindError
+from app.cluster.writes import BindError, ClaimWriteError
 from tests.conftest import (
-    bind_pod as bind,
-)
-from tests.conftest import (
+    bind_body,
     device_class_obj,
     filter_body,
     gpu_device,
@@ -27,6 +26,9 @@ from tests.conftest import (
     node_obj,
     pod_obj,
     slice_obj,
+)
+from tests.conftest import (
+    bind_pod as bind,
 )
 from tests.conftest import filter_answer as wire_answer
 
@@ -133,3 +135,96 @@ def test_a_claim_left_by_an_earlier_failed_bind_is_deleted_before_the_new_one_is
     [claim] = special_claims(service)
     assert claim.key != left.key
     assert (left.key, "delete") in service.claim_writer.writes
+
+
+def _unbound_again(service: Any, pod: dict[str, Any]) -> None:
+    """The pod pending again with its special claim left in the cluster (a bind that was never applied)."""
+    service.cache.upsert_pod(pod_from_obj(pod))
+    service.cache.forget(pod["metadata"]["uid"])
+
+
+def test_a_leftover_special_claim_does_not_block_its_own_pod() -> None:
+    service = service_with(dra_gpus=2)
+    pod = pod_obj("p", gpus=2)
+    filter_answer(service, pod)
+    assert bind(service, pod, "dra")["Error"] == ""
+    [left] = special_claims(service)
+    _unbound_again(service, pod)
+    # Its two GPUs are held by the leftover: still free for this pod, taken for any other.
+    assert filter_answer(service, pod)["NodeNames"] == ["dra", "plugin"]
+    assert filter_answer(service, pod_obj("other", gpus=1))["NodeNames"] == ["plugin"]
+    assert bind(service, pod, "dra")["Error"] == ""
+    [claim] = special_claims(service)
+    assert claim.key != left.key and (left.key, "delete") in service.claim_writer.writes
+
+
+def test_a_leftover_special_claim_is_deleted_when_the_pod_binds_to_a_device_plugin_node() -> None:
+    service = service_with(dra_gpus=2)
+    pod = pod_obj("p", gpus=2)
+    filter_answer(service, pod)
+    assert bind(service, pod, "dra")["Error"] == ""
+    _unbound_again(service, pod)
+    assert bind(service, pod, "plugin")["Error"] == ""
+    assert special_claims(service) == []
+    assert service.cache.dra.allocated_view().claimed == {}
+
+
+def test_each_failing_write_of_the_special_claim_deletes_it_and_frees_the_devices() -> None:
+    for failing in ("create", "allocate", "record_extended_claim"):
+        service = service_with(dra_gpus=2)
+        writer = service.claim_writer
+        real = getattr(writer, failing)
+
+        async def refuse(*args: Any, _real: Any = real, _what: str = failing) -> Any:
+            if _what != "create":
+                await _real(*args)
+            raise ClaimWriteError(f"{_what}: 422 Invalid")
+
+        setattr(writer, failing, refuse)
+        pod = pod_obj("p", gpus=1)
+        filter_answer(service, pod)
+        answer = bind(service, pod, "dra")
+        assert "422" in answer["Error"], failing
+        assert special_claims(service) == [], failing
+        assert service.cache.dra.allocated_view().claimed == {} and not service.cache.dra.inflight, failing
+        assert not service.cache.pods[pod["metadata"]["uid"]].node_name, failing
+        service.cache.check_invariants()
+
+
+def test_binding_conditions_of_the_special_claims_devices_are_waited_for() -> None:
+    attached = {**gpu_device("gpu-0"), "bindingConditions": ["attached"], "bindingFailureConditions": ["failed"]}
+    nodes = [node_obj("dra", gpus=None)]
+    config = {"dra": {"bindingTimeoutSeconds": 0.05}}
+    service = make_service(nodes, config=config, dra=[gpu_class(), slice_obj("dra-gpus", [attached], node="dra")])
+    pod = pod_obj("p", gpus=1)
+    filter_answer(service, pod)
+    answer = bind(service, pod, "dra")
+    assert "attached" in answer["Error"] or "timed out" in answer["Error"]
+    assert special_claims(service) == []
+    assert not service.cache.pods[pod["metadata"]["uid"]].node_name
+
+
+def test_a_second_bind_of_the_same_pod_while_the_first_runs_is_refused() -> None:
+    service = service_with()
+    pod = pod_obj("p", gpus=1)
+    filter_answer(service, pod)
+    service.cache.upsert_pod(pod_from_obj(pod))
+    started, release = asyncio.Event(), asyncio.Event()
+
+    class Slow:
+        async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+            started.set()
+            await release.wait()
+
+    service.binder = Slow()
+
+    async def both() -> tuple[dict[str, Any], dict[str, Any]]:
+        first = asyncio.create_task(service.bind(bind_body(pod, "dra")))
+        await started.wait()
+        second = await service.bind(bind_body(pod, "dra"))
+        release.set()
+        return await first, second
+
+    first, second = asyncio.run(both())
+    assert first["Error"] == "" and "still in progress" in second["Error"]
+    assert len(special_claims(service)) == 1
