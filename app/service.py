@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import msgspec
@@ -34,7 +34,7 @@ from scoring.best_scored import BEST_SCORED
 from scoring.framework import Code, PodInfo
 from scoring.managed_fit import ManagedResourcesFit, insufficient_reason
 from scoring.profile import Profile
-from scoring.table import BatchVerdicts
+from scoring.table import Batch, BatchVerdicts
 
 __all__ = [
     "REASON_NODE_NOT_IN_CACHE",
@@ -262,22 +262,37 @@ class ExtenderService:
     def prioritize(self, body: bytes, plugin: str | None = None) -> list[dict[str, Any]] | msgspec.Raw:
         """``HostPriorityList`` (as JSON-ready objects or prebuilt bytes); on trouble ``[]``
         (kube-scheduler ignores prioritize errors anyway)."""
+        decided = self._prioritize(body, plugin)
+        if decided is None:
+            return []
+        candidates, batch, priorities = decided
+        if batch is not None and batch.known.all():
+            return wire.host_priority_raw(self.cache.table.host_prefixes(batch.names, batch.rows), priorities)
+        return wire.host_priority_list(candidates.names, priorities)
+
+    def priorities(self, body: bytes) -> tuple[Sequence[str], list[int]]:
+        """/prioritize's answer before it is encoded: hosts and their 0..10 priorities, in order ((), []
+        on trouble). The simulator reads it so; the decision is the verb's own."""
+        decided = self._prioritize(body, None)
+        if decided is None:
+            return (), []
+        return decided[0].names, decided[2]
+
+    def _prioritize(self, body: bytes, plugin: str | None) -> tuple[wire.Candidates, Batch | None, list[int]] | None:
         try:
             args = wire.decode_extender_args(body)
             pod = self._pod(args.pod_raw)
         except wire.WireError as exc:
             self._record("prioritize", "?", "error", error=str(exc))
-            return []
+            return None
         not_ready = self.not_ready_reason()
         if not_ready:
             self._record("prioritize", pod.key, "not-ready", error=not_ready)
-            return []
+            return None
         candidates, batch = self.resources.nodes.gather(pod, args)
         priorities = self.resources.priorities(pod, candidates, batch, plugin)
         self._record("prioritize", pod.key, "ok", plugin=plugin or "", nodes=len(candidates.names))
-        if batch is not None and batch.known.all():
-            return wire.host_priority_raw(self.cache.table.host_prefixes(batch.names, batch.rows), priorities)
-        return wire.host_priority_list(candidates.names, priorities)
+        return candidates, batch, priorities
 
     # ------------------------------------------------------------------ preempt
     def preempt(self, body: bytes) -> dict[str, Any]:

@@ -83,14 +83,6 @@ _BASELINE_PLUGINS: Mapping[str, list[dict[str, Any]]] = {
 _encode = msgspec.json.encode
 
 
-class _HostPriority(msgspec.Struct):
-    Host: str
-    Score: int
-
-
-_decode_priorities = msgspec.json.Decoder(list[_HostPriority])
-
-
 # ---------------------------------------------------------------------------------------- policies
 def policy_config(base: ExtenderConfiguration, policy: str) -> ExtenderConfiguration:
     """``base`` with the policy's plugins and cpu/memory/GPU fit, validated like any config file."""
@@ -207,6 +199,9 @@ class _Scheduler:
     ) -> None:
         self.cache = ClusterCache()
         self.sharing = sharing
+        # Like kube-scheduler, the simulator reads no per-node reasons while some node passes: the
+        # extender need not write them (the shipped deploy/extender-config.yaml does the same).
+        config = config.model_copy(update={"filterFailures": "WhenUnschedulable"})
         writer = SnapshotClaimWriter(self.cache.dra) if sharing == "dra" else None
         self.service = ExtenderService(config, self.cache, SnapshotBinder(self.cache), claim_writer=writer)
         if sharing == "dra":
@@ -272,10 +267,8 @@ class _Scheduler:
 
     def _priorities(self, pod_part: bytes, passed: list[str]) -> tuple[list[str], list[int]]:
         """The extender's /prioritize answer: hosts and their priorities, in its order."""
-        answer = self.service.prioritize(pod_part + _encode(passed) + b"}")
-        raw = answer if isinstance(answer, msgspec.Raw) else _encode(answer)
-        entries = _decode_priorities.decode(raw)
-        return [entry.Host for entry in entries], [entry.Score for entry in entries]
+        hosts, scores = self.service.priorities(pod_part + _encode(passed) + b"}")
+        return list(hosts), scores
 
     def _extender_choice(self, pod_part: bytes, passed: list[str]) -> str:
         """No scheduler config: the highest extender priority, ties at random."""

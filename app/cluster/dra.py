@@ -200,13 +200,14 @@ class DraState:
         whole = (self._claim_devices, self._inflight_devices)
         return held(device, whole, (self._claim_shares.get(device), self._inflight_shares.get(device)))
 
-    def _recount(self, nodes: Iterable[str] | None) -> None:
-        """Count the extended resources of ``nodes`` (None: every node) again and tell the listener."""
+    def _recount(self, nodes: Iterable[str] | None, moved: set[DeviceID] | None = None) -> None:
+        """Count the extended resources of ``nodes`` (None: every node) again and tell the listener;
+        ``moved``: only these devices changed hands."""
         if not self.extended.classes and not self.extended.by_node:
             return
         if nodes is None:
             nodes = set(self._node_refs) | set(self.extended.by_node)
-        changed = self.extended.count(nodes, self._node_refs, self.slices, self.selectors, self._holders)
+        changed = self.extended.count(nodes, self._node_refs, self.slices, self.selectors, self._holders, moved)
         if changed and self.listener is not None:
             self.listener(changed)
 
@@ -226,7 +227,7 @@ class DraState:
         devices = list(devices)
         self.fast.devices_changed(devices, self._holders)
         if self.extended.by_node:
-            self._recount(self.extended.nodes_of(devices))
+            self._recount(self.extended.nodes_of(devices), set(devices))
 
     # ------------------------------------------------------------------ classes and slices
     def upsert_class(self, device_class: DeviceClass) -> None:

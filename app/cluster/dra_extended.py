@@ -53,6 +53,7 @@ class ExtendedResources:
     by_node: dict[str, Amounts] = field(default_factory=dict)
     _devices: dict[str, tuple[DeviceID, ...]] = field(default_factory=dict)  # node -> devices counted there
     _nodes_of: dict[DeviceID, set[str]] = field(default_factory=dict)
+    _use: dict[DeviceID, int] = field(default_factory=dict)  # a counted device's use, until it changes hands
     # (node, resource) -> the pools and class the devices were selected from, and the devices: an
     # allocation recounts the node without selecting again
     _selected: dict[tuple[str, str], tuple[NodePools, DeviceClass, list[Candidate]]] = field(default_factory=dict)
@@ -82,15 +83,17 @@ class ExtendedResources:
         slices: SliceIndex,
         selectors: SelectorCache,
         holders: Holders,
+        moved: Container[DeviceID] | None = None,
     ) -> list[str]:
-        """Count ``nodes`` again; returns those whose amounts changed."""
+        """Count ``nodes`` again; returns those whose amounts changed. With ``moved`` (the devices that
+        changed hands, nothing else changed), only those devices' use is worked out again."""
         changed = []
         for node in nodes:
             ref = refs.get(node)
             amounts: dict[str, tuple[int, int]] = {}
             devices: tuple[DeviceID, ...] = ()
             if ref is not None and self.classes:
-                amounts, devices = self._count(ref, slices, selectors, holders)
+                amounts, devices = self._count(ref, slices, selectors, holders, moved)
             self._register(node, devices)
             if amounts:
                 if self.by_node.get(node) != amounts:
@@ -116,7 +119,12 @@ class ExtendedResources:
             raise AssertionError(f"extended resources drifted: have {self.by_node}, want {fresh.by_node}")
 
     def _count(
-        self, ref: NodeRef, slices: SliceIndex, selectors: SelectorCache, holders: Holders
+        self,
+        ref: NodeRef,
+        slices: SliceIndex,
+        selectors: SelectorCache,
+        holders: Holders,
+        moved: Container[DeviceID] | None,
     ) -> tuple[dict[str, tuple[int, int]], tuple[DeviceID, ...]]:
         pools = slices.pools_for(ref)
         if not pools.candidates:
@@ -133,9 +141,14 @@ class ExtendedResources:
             if not found:
                 continue
             used = 0
+            uses = self._use
             for candidate in found:
-                used += device_use(candidate.device, *holders(candidate.id))
-                devices.append(candidate.id)
+                device = candidate.id
+                use = uses.get(device) if moved is not None and device not in moved else None
+                if use is None:
+                    use = uses[device] = device_use(candidate.device, *holders(device))
+                used += use
+                devices.append(device)
             amounts[resource] = (len(found) * MILLI_DEVICES, used)
         return amounts, tuple(devices)
 

@@ -6,17 +6,26 @@ holds small objects and never keeps whole Pods or Nodes.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
+
+import msgspec
 
 import allocator
 from fairshare.errors import QueueConfigError
 from fairshare.flavor import NodeSelectorRequirement, PodPlacement, parse_toleration
 from k8s_semantics.quantity import QuantityError
 from scoring.framework import PodClaimRef, PodInfo
-from scoring.resources import container_extended_requests, parse_resource_list, pod_resources
+from scoring.resources import (
+    ContainerExtendedRequest,
+    PodResources,
+    container_extended_requests,
+    parse_resource_list,
+    pod_resources,
+)
 
 __all__ = [
     "CONVERTERS",
@@ -77,6 +86,30 @@ def node_from_obj(obj: Mapping[str, Any]) -> NodeObject:
     )
 
 
+_REQUESTS_MEMO = 4096  # distinct pod templates whose parsed requests are kept
+_requests_memo: OrderedDict[bytes, tuple[PodResources, tuple[ContainerExtendedRequest, ...]]] = OrderedDict()
+
+
+def _requests_of(spec: Mapping[str, Any]) -> tuple[PodResources, tuple[ContainerExtendedRequest, ...]]:
+    """The pod's requests, parsed once per distinct set of containers (the replicas of one template,
+    and every watch event of one pod, share them): quantities are exact fractions and costly."""
+    parts = (spec.get("containers"), spec.get("initContainers"), spec.get("overhead"), spec.get("resources"))
+    try:
+        key = msgspec.json.encode(parts)
+    except (TypeError, msgspec.EncodeError):
+        key = b""
+    found = _requests_memo.get(key) if key else None
+    if found is not None:
+        _requests_memo.move_to_end(key)
+        return found
+    found = pod_resources(spec), container_extended_requests(spec)
+    if key:
+        _requests_memo[key] = found
+        if len(_requests_memo) > _REQUESTS_MEMO:
+            _requests_memo.popitem(last=False)
+    return found
+
+
 def pod_from_obj(obj: Mapping[str, Any]) -> PodInfo:
     """Build a PodInfo; a pod without a UID (hand-written snapshots) is keyed by namespace/name."""
     metadata = _metadata(obj, "Pod")
@@ -86,8 +119,7 @@ def pod_from_obj(obj: Mapping[str, Any]) -> PodInfo:
     namespace = str(metadata.get("namespace") or "default")
     name = metadata["name"]
     try:
-        resources = pod_resources(spec)
-        extended_requests = container_extended_requests(spec)
+        resources, extended_requests = _requests_of(spec)
     except QuantityError as exc:
         raise ObjectError(f"Pod {namespace}/{name}: {exc}") from None
     except (AttributeError, TypeError) as exc:

@@ -9,12 +9,11 @@ Binding fails for certain.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from allocator import AllocationError
 from allocator.binding import binding_state
@@ -58,11 +57,10 @@ class DraClaims(Participant):
             else:
                 positions = cycle.passing()
             fast = self.dra.fast_filter(pod, claims, cycle.names)
-            passed: Sequence[str] = ()
             if fast is not None:
-                positions, passed = self._take_fast(cycle, fast)
+                positions = self._take_fast(cycle, fast)
             by_name = {cycle.names[position]: position for position in positions}
-            for name, status in self.dra.filter_nodes(pod, claims, list(by_name), passed).items():
+            for name, status in self.dra.filter_nodes(pod, claims, list(by_name)).items():
                 cycle.verdicts.set(by_name[name], status)
         except AllocationError as exc:
             raise FilterError(f"cannot allocate the claims of pod {pod.key}: {exc}") from None
@@ -81,9 +79,9 @@ class DraClaims(Participant):
         return np.flatnonzero(passing & missing & batch.known).tolist()
 
     @staticmethod
-    def _take_fast(cycle: FilterCycle, fast: FastVerdicts) -> tuple[list[int], LazyNames]:
+    def _take_fast(cycle: FilterCycle, fast: FastVerdicts) -> list[int]:
         """Record the fast path's failures among the nodes still passing; the positions it left
-        undecided (for the full allocator) and the names it passed."""
+        undecided, for the full allocator."""
         verdicts = cycle.verdicts
         passing = verdicts.codes == 0
         failing = np.flatnonzero(passing & fast.decided & ~fast.passes)
@@ -92,7 +90,7 @@ class DraClaims(Participant):
             verdicts.reason_index[failing] = fast.reason[failing] + len(verdicts.reasons)
             verdicts.reasons.extend(fast.reasons)
         undecided: list[int] = np.flatnonzero(passing & ~fast.decided).tolist()
-        return undecided, LazyNames(cycle.names, np.flatnonzero(passing & fast.decided & fast.passes))
+        return undecided
 
     def reserve(self, cycle: BindCycle) -> Refusal | None:
         """Choose the devices on the node and count them in flight (before the first await)."""
@@ -171,24 +169,6 @@ class DraClaims(Participant):
         if isinstance(claims, Status):
             return {name: {"passed": False, "reason": claims.reason} for name in names}
         return {name: self.dra.explain(pod, claims, name) for name in names}
-
-
-class LazyNames(Sequence[str]):
-    """Names at positions, made into strings only if someone reads them (a /bind on a node the
-    fast path passed)."""
-
-    def __init__(self, names: Sequence[str], positions: npt.NDArray[np.intp]) -> None:
-        self._names, self._positions = names, positions
-
-    def __len__(self) -> int:
-        return len(self._positions)
-
-    def __getitem__(self, index: int) -> str:  # type: ignore[override]
-        return self._names[int(self._positions[index])]
-
-    def __iter__(self) -> Iterator[str]:
-        names = self._names
-        return (names[p] for p in self._positions.tolist())
 
 
 @dataclass(slots=True)

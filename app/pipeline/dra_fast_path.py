@@ -1,59 +1,22 @@
 """The DRA participant's fast path: a pod with one simple claim decided on every candidate node at
 once from the per-node free capacity (``app.cluster.dra_fast``), instead of one allocator search per
-node; and the proposals of the nodes it passed, made only for the node /bind asks about."""
+node. The nodes it passes get no proposal: /bind allocates on the chosen one (one search)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
-from allocator import AllocationError, AllocationResult, ResourceClaim
+from allocator import AllocationError, ResourceClaim
 from allocator.requests import claim_requests
 from app.cluster.dra import DraState
 from app.cluster.dra_fast import DeviceTable, decide, node_index, simple_request
 from scoring.framework import Code, PodInfo, Status
 
-__all__ = ["FastPath", "FastVerdicts", "LazyProposals"]
-
-
-class LazyProposals(Mapping[str, tuple[AllocationResult, ...]]):
-    """Proposals of the nodes the fast path passed, allocated only for the node /bind asks about
-    (then as the state is at that moment, which is what /bind checks a proposal against anyway)."""
-
-    def __init__(
-        self,
-        made: Mapping[str, tuple[AllocationResult, ...]],
-        passed: Sequence[str],
-        allocate: Callable[[str], tuple[Status, tuple[AllocationResult, ...] | None]],
-    ) -> None:
-        self._made = dict(made)
-        self._passed = passed
-        self._allocate = allocate
-        self._names: set[str] | None = None
-
-    def _keys(self) -> set[str]:
-        if self._names is None:
-            self._names = set(self._passed)
-        return self._names
-
-    def __getitem__(self, node: str) -> tuple[AllocationResult, ...]:
-        found = self._made.get(node)
-        if found is None and node in self._keys():
-            status, results = self._allocate(node)
-            if status.passed and results:
-                found = self._made[node] = results
-        if found is None:
-            raise KeyError(node)
-        return found
-
-    def __iter__(self) -> Iterator[str]:
-        yield from dict.fromkeys([*self._made, *self._passed])
-
-    def __len__(self) -> int:
-        return len(set(self._made) | self._keys())
+__all__ = ["FastPath", "FastVerdicts"]
 
 
 @dataclass(frozen=True, slots=True)

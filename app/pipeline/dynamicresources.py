@@ -43,7 +43,7 @@ from allocator import (
 )
 from app.cluster.dra import DraState
 from app.cluster.writes import ClaimWriteError
-from app.pipeline.dra_fast_path import FastPath, FastVerdicts, LazyProposals
+from app.pipeline.dra_fast_path import FastPath, FastVerdicts
 from app.pipeline.extended_claims import ExtendedClaims
 from scoring.framework import Code, PodInfo, Status
 
@@ -216,11 +216,9 @@ class DynamicResources:
         special = claims.extended.for_node(self.allocatable(node)) if claims.extended is not None else None
         return claims.unallocated if special is None else (*claims.unallocated, special[0])
 
-    def filter_nodes(
-        self, pod: PodInfo, claims: PodClaims, nodes: Sequence[str], fast: Sequence[str] = ()
-    ) -> dict[str, Status]:
-        """Failures among ``nodes``; records the pod's proposals for the nodes that pass, and for the
-        nodes ``fast`` passed (``fast_filter``) proposals made when /bind asks for them."""
+    def filter_nodes(self, pod: PodInfo, claims: PodClaims, nodes: Sequence[str]) -> dict[str, Status]:
+        """Failures among ``nodes``; records the pod's proposals for the nodes that pass. (Nodes the
+        fast path passed have none: /bind allocates on the chosen one, once.)"""
         allocator = self.allocator(pod.uid)
         failures: dict[str, Status] = {}
         proposals: dict[str, tuple[AllocationResult, ...]] = {}
@@ -231,12 +229,7 @@ class DynamicResources:
             elif results:
                 proposals[node] = results
         if claims.unallocated and claims.extended is None:  # the special claim differs per node: no proposals
-            by_node: Mapping[str, tuple[AllocationResult, ...]] = proposals
-            if fast:
-                by_node = LazyProposals(
-                    proposals, fast, lambda node: self.filter(self.allocator(pod.uid), claims, node)
-                )
-            self.state.propose(pod.uid, claims.unallocated_keys, by_node)
+            self.state.propose(pod.uid, claims.unallocated_keys, proposals)
         return failures
 
     def fast_filter(self, pod: PodInfo, claims: PodClaims, names: Sequence[str]) -> FastVerdicts | None:

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 
 from app.cluster.binding import FINALIZER, ApiClaimWriter
 from app.cluster.reflector import DEVICE_TAINT_RULES_NOT_SERVED
 from app.cluster.writes import ClaimWriteError
+from app.pipeline.claims import DraClaims
+from app.pipeline.dynamicresources import Reservation
 from tests.app.apiharness import Harness, add_dra_node, eventually
 from tests.app.apiharness import run as run_harness
 from tests.conftest import bind_body, claim_obj, filter_answer, filter_body, pod_obj, slice_obj, with_claims
@@ -99,6 +102,16 @@ def test_status_conflict_is_retried_from_a_fresh_read(fake: FakeAPIServer) -> No
     run(fake, body)
 
 
+def _to_write(h: Harness, pod: Any, node: str) -> Any:
+    """The allocation /bind would write for the pod's one claim on ``node`` (reserve, then given back)."""
+    dra = h.service.pipeline.get(DraClaims).dra
+    reservation = dra.reserve(pod, node)
+    assert isinstance(reservation, Reservation)
+    dra.state.end(pod.uid)
+    [(_, allocation)] = reservation.allocate
+    return allocation
+
+
 def test_claim_allocated_by_someone_else_meanwhile_is_not_overwritten(fake: FakeAPIServer) -> None:
     setup_cluster(fake, "x")
     pod = fake.add(with_claims(pod_obj("p"), "x"))
@@ -106,7 +119,7 @@ def test_claim_allocated_by_someone_else_meanwhile_is_not_overwritten(fake: Fake
     async def body(h: Harness) -> None:
         filter_answer(h.service, filter_body(pod, ["d1"]))
         cached = h.cache.dra.claims["default/x"]
-        proposal = h.cache.dra.proposals[pod["metadata"]["uid"]].by_node["d1"][0]
+        proposal = _to_write(h, h.service._pending[pod["metadata"]["uid"]], "d1")
         # Another scheduler allocates the claim after our cache last saw it.
         stolen = h.claim("x")
         result = {"request": "gpu", "driver": "gpu.example.com", "pool": "d1", "device": "gpu-1"}
@@ -154,7 +167,7 @@ def test_release_recognises_our_allocation_when_the_server_added_fields(fake: Fa
     async def body(h: Harness) -> None:
         filter_answer(h.service, filter_body(pod, ["d1"]))
         info = h.service._pending[pod["metadata"]["uid"]]
-        proposal = h.cache.dra.proposals[pod["metadata"]["uid"]].by_node["d1"][0]
+        proposal = _to_write(h, info, "d1")
         writer = ApiClaimWriter(h.client)
         stored = await writer.allocate(h.cache.dra.claims["default/x"], proposal, info)
         annotated = h.claim("x")
