@@ -16,6 +16,7 @@ from scoring.resources import CPU, MEMORY, ContainerExtendedRequest, PodResource
 
 __all__ = [
     "MAX_EXTENDER_PRIORITY",
+    "MAX_NODE_DEVICES",
     "MAX_NODE_SCORE",
     "MILLI_DEVICES",
     "MIN_EXTENDER_PRIORITY",
@@ -42,6 +43,9 @@ MAX_EXTENDER_PRIORITY = 10  # extenderv1.MaxExtenderPriority
 # DRA devices counted as an extended resource are kept in milli-devices: a share of a device that
 # allows multiple allocations is a fraction of it, and integer columns must hold it.
 MILLI_DEVICES = 1000
+# Per-device views (``NodeInfo.devices_free``) hold at most this many devices of one resource per node
+# (a ResourceSlice holds at most 128); a device plugin advertising more is seen as this many.
+MAX_NODE_DEVICES = 256
 
 E = TypeVar("E", bound=enum.Enum)
 
@@ -87,10 +91,22 @@ class PodInfo:
     owner_uid: str = ""
     pod_group: str = ""
     terminating: bool = False
+    # DRA: per extended resource, the devices the pod's unallocated ResourceClaims ask for through a
+    # DeviceClass with that extendedResourceName, as (count, milli-devices each). Set per request by
+    # the adapter (it reads the claims); scoring plugins read it through ``device_request``.
+    claim_devices: Mapping[str, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    def device_request(self, name: str) -> tuple[int, int]:
+        """(devices, milli-devices each) the pod asks of ``name``: container requests are whole
+        devices (device plugin, or DRA's extended-resource claim); else what its claims ask."""
+        amount = self.resources.requests.get(name, 0)
+        if amount > 0:
+            return amount, MILLI_DEVICES
+        return self.claim_devices.get(name, (0, 0))
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +131,9 @@ class NodeInfo:
     # the node and how much of them claims and in-flight binds hold. Only scoring reads these.
     dra_allocatable: Mapping[str, int] = field(default_factory=dict)
     dra_requested: Mapping[str, int] = field(default_factory=dict)
+    # Per DRA-served extended resource: milli-devices in use of each device, in the allocator's
+    # search order (what fragmentation-aware plugins place a pod onto, first fit).
+    dra_devices: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
     @staticmethod
     def types_of(allocatable: Mapping[str, int], dra_allocatable: Mapping[str, int] | None = None) -> frozenset[str]:
@@ -138,6 +157,16 @@ class NodeInfo:
         if dra > 0:
             return self.dra_requested.get(name, 0) + pod_amount * MILLI_DEVICES, dra
         return self.requested_for_scoring(name) + pod_amount, self.allocatable.get(name, 0)
+
+    def devices_free(self, name: str) -> tuple[int, ...]:
+        """Free milli-devices of each device of ``name`` in search order. Where DRA serves it, from the
+        per-device use; for a device plugin (whole devices, no per-device view) the requested devices
+        count as full and come first, the rest are free."""
+        if self.dra_allocatable.get(name, 0) > 0:
+            return tuple(MILLI_DEVICES - used for used in self.dra_devices.get(name, ())[:MAX_NODE_DEVICES])
+        total = min(max(self.allocatable.get(name, 0), 0), MAX_NODE_DEVICES)
+        used = min(max(self.requested.get(name, 0), 0), total)
+        return (0,) * used + (MILLI_DEVICES,) * (total - used)
 
 
 class ArgsError(ScoringError):

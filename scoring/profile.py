@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from scoring import fitplus, scarce
+from scoring import best_fit, dot_product, fitplus, fragmentation, gpu_packing, scarce
 from scoring.framework import (
     SUCCESS,
     ArgsError,
@@ -32,6 +32,13 @@ __all__ = ["SCORE_PLUGINS", "NodeScore", "Profile", "ScorePluginSpec", "build_sc
 SCORE_PLUGINS: Mapping[str, Callable[[Any, str], ScorePlugin]] = {
     fitplus.NAME: lambda raw, path: fitplus.NodeResourcesFitPlus(fitplus.NodeResourcesFitPlusArgs.parse(raw, path)),
     scarce.NAME: lambda raw, path: scarce.ScarceResourceAvoidance(scarce.ScarceResourceAvoidanceArgs.parse(raw, path)),
+    # GPU sharing: placement on the per-device view (scoring.devices), the FGD paper's policies
+    fragmentation.NAME: lambda raw, path: fragmentation.GpuFragmentation(
+        fragmentation.GpuFragmentationArgs.parse(raw, path)
+    ),
+    gpu_packing.NAME: lambda raw, path: gpu_packing.GpuPacking(gpu_packing.GpuPackingArgs.parse(raw, path)),
+    best_fit.NAME: lambda raw, path: best_fit.BestFit(best_fit.BestFitArgs.parse(raw, path)),
+    dot_product.NAME: lambda raw, path: dot_product.DotProduct(dot_product.DotProductArgs.parse(raw, path)),
 }
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from scoring.framework import MILLI_DEVICES, SUCCESS, Code, NodeInfo, Status
+from scoring.framework import MAX_NODE_DEVICES, MILLI_DEVICES, SUCCESS, Code, NodeInfo, Status
 from scoring.resources import CPU, MEMORY, PodResources
 
 __all__ = ["EXACT_LIMIT", "MAX_TYPE_BITS", "Batch", "BatchVerdicts", "NodeTable"]
@@ -101,6 +101,28 @@ class Batch:
         dra_requested = self.table.gather(self.table.dra_requested, resource, self.rows, self.known)
         dra_requested += pod_amount * MILLI_DEVICES
         return np.where(served, dra_requested, requested), np.where(served, dra, allocatable)
+
+    def devices_free(self, resource: str) -> Int64Array:
+        """``NodeInfo.devices_free`` per node as rows of one array, padded with -1 (no such device)."""
+        allocatable = np.clip(self.allocatable(resource), 0, MAX_NODE_DEVICES)
+        used = np.minimum(np.clip(self.requested(resource), 0, None), allocatable)
+        dra_used = self.table.dra_devices.get(resource)
+        width = int(allocatable.max(initial=0))
+        served = np.zeros(len(self), dtype=np.bool_)
+        if dra_used is not None:
+            dra = self.table.gather(self.table.dra_allocatable, resource, self.rows, self.known)
+            served = dra > 0
+            if served.any():
+                width = max(width, dra_used.shape[1])
+        index = np.arange(width, dtype=np.int64)[None, :]
+        free = np.where(index < used[:, None], 0, np.where(index < allocatable[:, None], MILLI_DEVICES, -1))
+        if served.any() and dra_used is not None:
+            rows = dra_used[self.rows[served]]
+            dra_free = np.where(rows >= 0, MILLI_DEVICES - rows, -1)
+            padded = np.full((int(served.sum()), width), -1, dtype=np.int64)
+            padded[:, : dra_free.shape[1]] = dra_free
+            free[served] = padded
+        return free.astype(np.int64, copy=False)
 
     def type_masks(self) -> UInt64Array | None:
         """Per node, a bit per resource type with allocatable > 0; None if there are too many types."""
@@ -194,6 +216,9 @@ class NodeTable:
         # Extended resources served by DRA devices (NodeInfo.dra_*), in milli-devices.
         self.dra_allocatable: dict[str, Int64Array] = {}
         self.dra_requested: dict[str, Int64Array] = {}
+        # Per DRA-served resource, rows x devices: milli-devices in use per device (NodeInfo.dra_devices),
+        # -1 past the node's last device; widened when a node has more devices.
+        self.dra_devices: dict[str, Int64Array] = {}
         self.types: UInt64Array = np.zeros(capacity, dtype=np.uint64)
         self.type_bits: dict[str, int] = {}
         self.type_overflow = False
@@ -221,6 +246,10 @@ class NodeTable:
                 grown = np.zeros(self._capacity, dtype=np.int64)
                 grown[: len(column)] = column
                 columns[name] = grown
+        for name, devices in self.dra_devices.items():
+            grown_devices = np.full((self._capacity, devices.shape[1]), -1, dtype=np.int64)
+            grown_devices[: len(devices)] = devices
+            self.dra_devices[name] = grown_devices
         types = np.zeros(self._capacity, dtype=np.uint64)
         types[: len(self.types)] = self.types
         self.types = types
@@ -255,6 +284,21 @@ class NodeTable:
                 columns[name] = column = self._column()
                 column[row] = value
 
+    def _set_devices(self, row: int, devices: Mapping[str, tuple[int, ...]]) -> None:
+        for name, existing in self.dra_devices.items():
+            if name not in devices:
+                existing[row] = -1
+        for name, used in devices.items():
+            used = used[:MAX_NODE_DEVICES]
+            found = self.dra_devices.get(name)
+            if found is None or found.shape[1] < len(used):
+                wider = np.full((self._capacity, max(len(used), 1)), -1, dtype=np.int64)
+                if found is not None:
+                    wider[:, : found.shape[1]] = found
+                self.dra_devices[name] = found = wider
+            found[row] = -1
+            found[row, : len(used)] = used
+
     def type_bit(self, resource: str) -> int | None:
         bit = self.type_bits.get(resource)
         if bit is None:
@@ -282,6 +326,7 @@ class NodeTable:
         if node.dra_allocatable or node.dra_requested or self.dra_allocatable or self.dra_requested:
             self._set(self.dra_allocatable, row, node.dra_allocatable)
             self._set(self.dra_requested, row, node.dra_requested)
+            self._set_devices(row, node.dra_devices)
         mask = 0
         for resource in node.allocatable_types:
             bit = self.type_bit(resource)

@@ -12,11 +12,8 @@ the extender's /prioritize answer · weight · 10, the highest total wins and ti
 seeded random choice (``scoring.kube_scheduler``). Without a scheduler config (``scheduler=None``,
 the CLI's ``--scheduler-config none``) the extender's priority alone decides, as before.
 
-Policies differ only in the plugins of the extender configuration, so baselines run the same code:
-``fitplus-sra`` (the configured plugins), ``least-allocated`` (kube-scheduler's default
-NodeResourcesFit: LeastAllocated on cpu and memory, weight 1 each), ``most-allocated``
-(MostAllocated on cpu, memory and nvidia.com/gpu, weight 1 each) and ``random`` (no score plugins:
-every feasible node ties on the extender's priority).
+Policies differ only in the plugins of the extender configuration, so baselines run the same code
+(``simulator.policies``).
 """
 
 from __future__ import annotations
@@ -24,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,8 +39,9 @@ from scoring.table import EXACT_LIMIT, Int64Array
 from simulator import sharing as dra
 from simulator.inflate import DEFAULT_TARGET, inflate, shuffled
 from simulator.metrics import CHECKPOINTS, GpuLedger, ShareMetrics, demand_milli, pod_kind, typical_shapes
+from simulator.policies import POLICIES, policy_config
 from simulator.schedconfig import SchedulerConfig
-from simulator.trace import GPU, KIND_CPU, KIND_MULTI_GPU, KIND_ONE_GPU, SimNode, SimPod
+from simulator.trace import KIND_CPU, KIND_MULTI_GPU, KIND_ONE_GPU, SimNode, SimPod
 
 __all__ = [
     "MODES",
@@ -60,39 +58,7 @@ __all__ = [
 
 MODES = ("fill", "replay", "inflate")
 SHARING = dra.SHARING
-POLICIES = ("fitplus-sra", "least-allocated", "most-allocated", "random")
-# The simulated cluster has no kube-scheduler in front: the extender checks cpu and memory too.
-FIT_RESOURCES = ("cpu", "memory", GPU)
-
-_BASELINE_PLUGINS: Mapping[str, list[dict[str, Any]]] = {
-    "least-allocated": [
-        {
-            "name": "NodeResourcesFitPlus",
-            "args": {"resources": {r: {"type": "LeastAllocated", "weight": 1} for r in ("cpu", "memory")}},
-        }
-    ],
-    "most-allocated": [
-        {
-            "name": "NodeResourcesFitPlus",
-            "args": {"resources": {r: {"type": "MostAllocated", "weight": 1} for r in ("cpu", "memory", GPU)}},
-        }
-    ],
-    "random": [],
-}
-
 _encode = msgspec.json.encode
-
-
-# ---------------------------------------------------------------------------------------- policies
-def policy_config(base: ExtenderConfiguration, policy: str) -> ExtenderConfiguration:
-    """``base`` with the policy's plugins and cpu/memory/GPU fit, validated like any config file."""
-    if policy not in POLICIES:
-        raise ValueError(f"unknown policy {policy!r} (known: {', '.join(POLICIES)})")
-    data = base.model_dump(mode="json")
-    data["managedResources"] = list(dict.fromkeys([*FIT_RESOURCES, *base.managed_resource_names]))
-    if policy != "fitplus-sra":
-        data["plugins"] = _BASELINE_PLUGINS[policy]
-    return ExtenderConfiguration.model_validate(data)
 
 
 # ---------------------------------------------------------------------------------------- results
@@ -460,7 +426,7 @@ def simulate(
     if sharing not in SHARING:
         raise ValueError(f"unknown sharing {sharing!r} (known: {', '.join(SHARING)})")
     check_order(pods, mode)
-    config = policy_config(base, policy)
+    config = policy_config(base, policy, pods)
     started = time.perf_counter()
     ordered, in_order = schedule_order(pods, nodes, mode, seed, shuffle, target)
     if sharing == "dra":

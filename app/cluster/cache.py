@@ -267,13 +267,16 @@ class ClusterCache:
         usage = self._usage.get(name) or NodeUsage()
         dra_allocatable: dict[str, int] = {}
         dra_requested: dict[str, int] = {}
+        dra_devices: dict[str, tuple[int, ...]] = {}
         extended = self.dra.extended_amounts(name)
         if extended:
             # A node that advertises the resource through a device plugin is scored on that alone,
             # as upstream's scorer: DRA devices count only where status.allocatable has none of it.
+            per_device = self.dra.extended_devices(name) or {}
             for resource, (total, used) in extended.items():
                 if total > 0 and allocatable.get(resource, 0) <= 0:
                     dra_allocatable[resource], dra_requested[resource] = total, used
+                    dra_devices[resource] = per_device.get(resource, ())
         return NodeInfo(
             name=name,
             allocatable=allocatable,
@@ -284,6 +287,7 @@ class ClusterCache:
             allocatable_types=NodeInfo.types_of(allocatable, dra_allocatable),
             dra_allocatable=dra_allocatable,
             dra_requested=dra_requested,
+            dra_devices=dra_devices,
         )
 
     def _extended_changed(self, names: list[str]) -> None:

@@ -57,7 +57,7 @@ from allocator import (
 from allocator.taints import DeviceTaintRule, TaintRules
 from app.cluster import dra_views
 from app.cluster.changes import ChangeSignal
-from app.cluster.dra_extended import Amounts, ExtendedResources, Held, held
+from app.cluster.dra_extended import Amounts, Devices, ExtendedResources, Held, held
 from app.cluster.dra_fast import FastDevices
 from app.cluster.relist import apply_relist
 
@@ -191,6 +191,10 @@ class DraState:
                 keys.discard(claim.key)
                 if not keys:
                     del self._special_by_owner[claim.owner_pod_uid]
+
+    def extended_devices(self, node: str) -> Devices | None:
+        """Per extended resource, milli-devices in use of each device of ``node`` in search order."""
+        return self.extended.devices(node)
 
     def extended_amounts(self, node: str) -> Amounts | None:
         """Extended resources DRA devices serve on ``node``: (allocatable, in use) in milli-devices."""

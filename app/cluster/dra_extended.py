@@ -18,9 +18,10 @@ from allocator.extended import class_devices, device_use, extended_resource_clas
 from allocator.pools import Candidate
 from scoring.framework import MILLI_DEVICES
 
-__all__ = ["Amounts", "ExtendedResources", "Held", "held"]
+__all__ = ["Amounts", "Devices", "ExtendedResources", "Held", "held"]
 
 Amounts = Mapping[str, tuple[int, int]]  # extended resource -> (allocatable, in use), in milli-devices
+Devices = Mapping[str, tuple[int, ...]]  # extended resource -> milli-devices in use per device, in search order
 Held = tuple[bool, int, Mapping[str, Fraction] | None]  # held whole, shares, their summed consumedCapacity
 Holders = Callable[[DeviceID], Held]
 
@@ -51,6 +52,7 @@ class ExtendedResources:
 
     classes: dict[str, DeviceClass] = field(default_factory=dict)  # extended resource -> its class
     by_node: dict[str, Amounts] = field(default_factory=dict)
+    devices_by_node: dict[str, Devices] = field(default_factory=dict)  # the per-device view of by_node
     _devices: dict[str, tuple[DeviceID, ...]] = field(default_factory=dict)  # node -> devices counted there
     _nodes_of: dict[DeviceID, set[str]] = field(default_factory=dict)
     _use: dict[DeviceID, int] = field(default_factory=dict)  # a counted device's use, until it changes hands
@@ -60,6 +62,9 @@ class ExtendedResources:
 
     def amounts(self, node: str) -> Amounts | None:
         return self.by_node.get(node)
+
+    def devices(self, node: str) -> Devices | None:
+        return self.devices_by_node.get(node)
 
     def set_classes(self, classes: Iterable[DeviceClass]) -> bool:
         """Take the classes as they are now; True if which class serves which name changed."""
@@ -91,15 +96,18 @@ class ExtendedResources:
         for node in nodes:
             ref = refs.get(node)
             amounts: dict[str, tuple[int, int]] = {}
+            uses: dict[str, tuple[int, ...]] = {}
             devices: tuple[DeviceID, ...] = ()
             if ref is not None and self.classes:
-                amounts, devices = self._count(ref, slices, selectors, holders, moved)
+                amounts, uses, devices = self._count(ref, slices, selectors, holders, moved)
             self._register(node, devices)
             if amounts:
-                if self.by_node.get(node) != amounts:
+                if self.by_node.get(node) != amounts or self.devices_by_node.get(node) != uses:
                     self.by_node[node] = amounts
+                    self.devices_by_node[node] = uses
                     changed.append(node)
             elif self.by_node.pop(node, None) is not None:
+                self.devices_by_node.pop(node, None)
                 changed.append(node)
         return changed
 
@@ -115,7 +123,7 @@ class ExtendedResources:
         fresh = ExtendedResources()
         if fresh.set_classes(classes):
             fresh.count(refs, refs, slices, selectors, holders)
-        if fresh.by_node != self.by_node:
+        if fresh.by_node != self.by_node or fresh.devices_by_node != self.devices_by_node:
             raise AssertionError(f"extended resources drifted: have {self.by_node}, want {fresh.by_node}")
 
     def _count(
@@ -125,11 +133,12 @@ class ExtendedResources:
         selectors: SelectorCache,
         holders: Holders,
         moved: Container[DeviceID] | None,
-    ) -> tuple[dict[str, tuple[int, int]], tuple[DeviceID, ...]]:
+    ) -> tuple[dict[str, tuple[int, int]], dict[str, tuple[int, ...]], tuple[DeviceID, ...]]:
         pools = slices.pools_for(ref)
         if not pools.candidates:
-            return {}, ()
+            return {}, {}, ()
         amounts: dict[str, tuple[int, int]] = {}
+        per_device: dict[str, tuple[int, ...]] = {}
         devices: list[DeviceID] = []
         for resource, device_class in self.classes.items():
             memo = self._selected.get((ref.name, resource))
@@ -140,17 +149,18 @@ class ExtendedResources:
                 self._selected[(ref.name, resource)] = (pools, device_class, found)
             if not found:
                 continue
-            used = 0
+            used: list[int] = []
             uses = self._use
             for candidate in found:
                 device = candidate.id
                 use = uses.get(device) if moved is not None and device not in moved else None
                 if use is None:
                     use = uses[device] = device_use(candidate.device, *holders(device))
-                used += use
+                used.append(use)
                 devices.append(device)
-            amounts[resource] = (len(found) * MILLI_DEVICES, used)
-        return amounts, tuple(devices)
+            amounts[resource] = (len(found) * MILLI_DEVICES, sum(used))
+            per_device[resource] = tuple(used)  # search order: what the allocator tries first comes first
+        return amounts, per_device, tuple(devices)
 
     def _register(self, node: str, devices: tuple[DeviceID, ...]) -> None:
         old = self._devices.pop(node, ())

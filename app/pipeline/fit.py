@@ -16,6 +16,7 @@ import numpy.typing as npt
 
 from app.cluster.cache import ClusterCache
 from app.http.wire import Candidates
+from app.pipeline.claim_devices import ClaimDevices
 from app.pipeline.framework import BindCycle, FilterCycle, Participant, Refusal
 from app.pipeline.nodes import CandidateNodes
 from scoring import priority_scale
@@ -44,6 +45,7 @@ class ResourceFit(Participant):
         self.profile = profile
         self.fit = fit
         self.scale = scale  # priorityScale: the profile's 0..100 node scores to /prioritize's 0..10
+        self.claim_devices = ClaimDevices(cache.dra)  # what a pod's claims ask of extended resources
 
     # ------------------------------------------------------------------ filter
     def verdict(self, pod: PodInfo, name: str, allocatable: Mapping[str, Any] | None) -> tuple[NodeInfo | None, Status]:
@@ -71,6 +73,7 @@ class ResourceFit(Participant):
         self, pod: PodInfo, candidates: Candidates, batch: Batch | None, plugin: str | None
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
         """The profile's 0..100 score per candidate, and whether the node could be scored at all."""
+        pod = self.claim_devices.with_claim_devices(pod)
         names = candidates.names
         scores = None if batch is None else self.profile.node_scores_batch(pod, batch, plugin)
         if scores is None or batch is None:
@@ -132,6 +135,7 @@ class ResourceFit(Participant):
         """Per candidate: the profile's verdict, each plugin's raw 0..100 score, the 0..10 score
         /prioritize would give among the nodes that pass (null for the others), and the managed
         resources' numbers."""
+        pod = self.claim_devices.with_claim_devices(pod)
         verdicts = [(name, *self.verdict(pod, name, candidates.allocatable(name))) for name in candidates.names]
         scores = {
             name: self.profile.score(pod, node) for name, node, status in verdicts if node is not None and status.passed

@@ -94,7 +94,14 @@ def test_combine_scores() -> None:
 
 
 def test_registry() -> None:
-    assert set(SCORE_PLUGINS) == {"NodeResourcesFitPlus", "ScarceResourceAvoidance"}
+    assert set(SCORE_PLUGINS) == {
+        "NodeResourcesFitPlus",
+        "ScarceResourceAvoidance",
+        "GpuFragmentation",
+        "GpuPacking",
+        "BestFit",
+        "DotProduct",
+    }
 
 
 def test_build_score_plugin_unknown_name() -> None:

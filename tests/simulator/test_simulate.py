@@ -161,8 +161,8 @@ def test_policies_are_configs_through_the_same_validation() -> None:
     least = policy_config(base, "least-allocated").plugins[0].args["resources"]
     assert least == {"cpu": {"type": "LeastAllocated", "weight": 1}, "memory": {"type": "LeastAllocated", "weight": 1}}
     assert policy_config(base, "most-allocated").managed_resource_names == ["cpu", "memory", GPU]
-    with pytest.raises(ValueError, match="unknown policy 'fgd'"):
-        policy_config(base, "fgd")
+    with pytest.raises(ValueError, match="unknown policy 'tetris'"):
+        policy_config(base, "tetris")
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
@@ -339,8 +339,8 @@ def test_cli_reports_bad_traces_and_policies(tmp_path: Path, capsys: pytest.Capt
     pods = write(tmp_path, "pods.csv", POD_HEADER)
     assert main(["simulate", "--nodes", str(nodes), "--pods", str(pods)]) == 2
     assert "nodes.csv:2: column gpu: 'x' is not an integer" in capsys.readouterr().err
-    assert main(["simulate", "--nodes", str(nodes), "--pods", str(pods), "--policy", "fgd"]) == 2
-    assert "unknown policy fgd" in capsys.readouterr().err
+    assert main(["simulate", "--nodes", str(nodes), "--pods", str(pods), "--policy", "tetris"]) == 2
+    assert "unknown policy tetris" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------------------------ kube-scheduler's choice

@@ -1,0 +1,78 @@
+"""BestFit: the FGD artifact's best-fit baseline (``best_fit_score.go``): the node left with the
+least cpu and devices after the pod, each normalised by the largest node spec of the trace
+(128 cores, 8 GPUs) and weighted ½:
+
+    score = int(100 · (1 - ½·(cpuLeft - cpu) / 128000 - ½·(milliLeft - milli) / 8000))
+
+in exact integers (``(25_600_000 - 100·cpu' - 1600·milli') // 256_000``, clamped to 0..100).
+``cpuLeft`` is allocatable minus requested cpu (plain requests), ``milliLeft`` the node's free
+milli-devices of ``resource``, ``milli`` what the pod takes of them. A node the pod does not fit
+(cpu or devices, first fit) scores 0. The artifact normalises the scores afterwards; that keeps
+their order, which is all kube-scheduler's choice reads from the best node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from scoring.devices import cpu_free, cpu_free_batch, first_fit, first_fit_batch, parse_resource, pod_devices
+from scoring.framework import MAX_NODE_SCORE, MIN_NODE_SCORE, ArgsError, NodeInfo, PodInfo, reject_unknown_fields
+from scoring.table import Batch, Int64Array
+
+__all__ = ["MAX_SPEC_CPU", "MAX_SPEC_MILLI", "NAME", "BestFit", "BestFitArgs"]
+
+NAME = "BestFit"
+MAX_SPEC_CPU = 128_000  # the artifact's MaxSpecCpu (milli-CPU)
+MAX_SPEC_MILLI = 8_000  # MaxSpecGpu (milli-GPUs)
+_DENOMINATOR = 2 * MAX_SPEC_CPU
+_CPU_FACTOR = MAX_NODE_SCORE * _DENOMINATOR // (2 * MAX_SPEC_CPU)  # 100
+_GPU_FACTOR = MAX_NODE_SCORE * _DENOMINATOR // (2 * MAX_SPEC_MILLI)  # 1600 per milli at 1/2 weight
+
+
+@dataclass(frozen=True, slots=True)
+class BestFitArgs:
+    resource: str
+
+    @classmethod
+    def parse(cls, raw: Any, path: str = "args") -> BestFitArgs:
+        if raw is None:
+            raw = {}
+        if not isinstance(raw, Mapping):
+            raise ArgsError(f"{path}: must be a mapping (optional field 'resource')")
+        reject_unknown_fields(raw, path, ("resource",))
+        return cls(parse_resource(raw.get("resource"), path))
+
+
+def _value(cpu_after: int, milli_after: int) -> int:
+    numerator = MAX_NODE_SCORE * _DENOMINATOR - _CPU_FACTOR * cpu_after - _GPU_FACTOR * milli_after
+    return max(MIN_NODE_SCORE, min(MAX_NODE_SCORE, numerator // _DENOMINATOR))
+
+
+class BestFit:
+    name = NAME
+
+    def __init__(self, args: BestFitArgs) -> None:
+        self.args = args
+
+    def score(self, pod: PodInfo, node: NodeInfo) -> int:
+        demand = pod_devices(pod, self.args.resource)
+        free = node.devices_free(self.args.resource)
+        left = cpu_free(node)
+        if first_fit(free, demand.count, demand.milli) is None or left < demand.cpu:
+            return MIN_NODE_SCORE
+        return _value(left - demand.cpu, sum(a for a in free if a > 0) - demand.total)
+
+    def score_batch(self, pod: PodInfo, batch: Batch) -> Int64Array | None:
+        demand = pod_devices(pod, self.args.resource)
+        free = batch.devices_free(self.args.resource)
+        left = cpu_free_batch(batch)
+        fits, _ = first_fit_batch(free, demand.count, demand.milli)
+        fits &= left >= demand.cpu
+        milli_after = np.clip(free, 0, None).sum(axis=1) - demand.total
+        numerator = MAX_NODE_SCORE * _DENOMINATOR - _CPU_FACTOR * (left - demand.cpu) - _GPU_FACTOR * milli_after
+        scores = np.clip(numerator // _DENOMINATOR, MIN_NODE_SCORE, MAX_NODE_SCORE)
+        return np.where(fits, scores, MIN_NODE_SCORE).astype(np.int64)

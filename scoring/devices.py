@@ -1,0 +1,102 @@
+"""The per-device view the GPU-sharing plugins score on: each device's free milli-devices, and the
+devices a pod would get on a node.
+
+The placement is the one the allocator makes, not an ideal one: for each of the pod's devices the
+DRA allocator takes the *first* device in search order with enough capacity left (distinct devices
+for one request), and a device plugin hands out whole free GPUs (all alike). So a plugin that
+scores "the node after the pod" evaluates first fit over ``NodeInfo.devices_free``; choosing the
+GPU inside a node as the FGD artifact does (the one that fragments least) is not available to a
+scheduler extender. Free amounts are milli-devices (``MILLI_DEVICES`` = a whole device); -1 pads
+the rows of nodes with fewer devices in a batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from scoring.framework import MILLI_DEVICES, ArgsError, NodeInfo, PodInfo
+from scoring.resources import CPU
+from scoring.table import Batch, BoolArray, Int64Array
+
+__all__ = [
+    "DEFAULT_RESOURCE",
+    "PodDevices",
+    "cpu_free",
+    "cpu_free_batch",
+    "first_fit",
+    "first_fit_batch",
+    "parse_resource",
+    "pod_devices",
+]
+
+DEFAULT_RESOURCE = "nvidia.com/gpu"
+
+
+def parse_resource(raw: object, path: str) -> str:
+    """The ``resource`` arg: an extended resource name, ``nvidia.com/gpu`` when omitted."""
+    if raw is None:
+        return DEFAULT_RESOURCE
+    if not isinstance(raw, str) or not raw:
+        raise ArgsError(f"{path}.resource: must be a non-empty resource name, got {raw!r}")
+    return raw
+
+
+@dataclass(frozen=True, slots=True)
+class PodDevices:
+    """What a pod asks of the devices of one resource, and its cpu (plain requests, milli-CPU)."""
+
+    count: int
+    milli: int  # per device
+    cpu: int
+
+    @property
+    def total(self) -> int:
+        return self.count * self.milli
+
+
+def pod_devices(pod: PodInfo, resource: str) -> PodDevices:
+    count, milli = pod.device_request(resource)
+    if count <= 0 or milli <= 0:
+        count = milli = 0
+    return PodDevices(count, min(milli, MILLI_DEVICES), max(pod.resources.requests.get(CPU, 0), 0))
+
+
+def cpu_free(node: NodeInfo) -> int:
+    """Allocatable minus requested cpu (plain requests, as the FGD artifact's ``MilliCpuLeft``)."""
+    return node.allocatable.get(CPU, 0) - node.requested.get(CPU, 0)
+
+
+def cpu_free_batch(batch: Batch) -> Int64Array:
+    return batch.allocatable(CPU) - batch.requested(CPU)
+
+
+def first_fit(free: Sequence[int], count: int, milli: int) -> tuple[int, ...] | None:
+    """The devices' free amounts after the pod takes ``count`` devices with ``milli`` each, first fit
+    in order; None when fewer than ``count`` devices have that much left."""
+    if count <= 0:
+        return tuple(free)
+    after = list(free)
+    left = count
+    for index, amount in enumerate(after):
+        if left == 0:
+            break
+        if amount >= milli:
+            after[index] = amount - milli
+            left -= 1
+    return tuple(after) if left == 0 else None
+
+
+def first_fit_batch(free: Int64Array, count: int, milli: int) -> tuple[BoolArray, Int64Array]:
+    """``first_fit`` per row of ``free``: whether the pod fits, and the rows after it (unchanged where
+    it does not fit)."""
+    if count <= 0:
+        return np.ones(len(free), dtype=np.bool_), free
+    enough = free >= milli
+    rank = np.cumsum(enough, axis=1)
+    taken = enough & (rank <= count)
+    fits = (rank[:, -1] >= count) if free.shape[1] else np.zeros(len(free), dtype=np.bool_)
+    after = np.where(fits[:, None] & taken, free - milli, free)
+    return fits, after

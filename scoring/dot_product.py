@@ -1,0 +1,73 @@
+"""DotProduct: the FGD artifact's dot-product baseline (``dot_product_score.go`` with the run
+scripts' ``dimExtMethod: merge``, ``normMethod: max``): the node's free vector and the pod's request
+vector, (cpu, milli-devices) each divided by the largest node spec (128 cores, 8 GPUs), and
+
+    score = int(100 · (1 - (free · request) / 2))
+
+(a smaller product, i.e. less of what the pod needs left over, scores higher), in exact integers:
+``(100·D - 50·(cpuLeft·cpu + 256·milliLeft·milli)) // D`` with ``D = 128000²``. A node the pod does
+not fit (first fit) scores 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from scoring.best_fit import MAX_SPEC_CPU, MAX_SPEC_MILLI
+from scoring.devices import cpu_free, cpu_free_batch, first_fit, first_fit_batch, parse_resource, pod_devices
+from scoring.framework import MAX_NODE_SCORE, MIN_NODE_SCORE, ArgsError, NodeInfo, PodInfo, reject_unknown_fields
+from scoring.table import Batch, Int64Array
+
+__all__ = ["NAME", "DotProduct", "DotProductArgs"]
+
+NAME = "DotProduct"
+_D = MAX_SPEC_CPU * MAX_SPEC_CPU
+_GPU_FACTOR = _D // (MAX_SPEC_MILLI * MAX_SPEC_MILLI)  # 256
+
+
+@dataclass(frozen=True, slots=True)
+class DotProductArgs:
+    resource: str
+
+    @classmethod
+    def parse(cls, raw: Any, path: str = "args") -> DotProductArgs:
+        if raw is None:
+            raw = {}
+        if not isinstance(raw, Mapping):
+            raise ArgsError(f"{path}: must be a mapping (optional field 'resource')")
+        reject_unknown_fields(raw, path, ("resource",))
+        return cls(parse_resource(raw.get("resource"), path))
+
+
+class DotProduct:
+    name = NAME
+
+    def __init__(self, args: DotProductArgs) -> None:
+        self.args = args
+
+    def score(self, pod: PodInfo, node: NodeInfo) -> int:
+        demand = pod_devices(pod, self.args.resource)
+        free = node.devices_free(self.args.resource)
+        left = cpu_free(node)
+        if first_fit(free, demand.count, demand.milli) is None or left < demand.cpu:
+            return MIN_NODE_SCORE
+        product = left * demand.cpu + _GPU_FACTOR * sum(a for a in free if a > 0) * demand.total
+        numerator = MAX_NODE_SCORE * _D - MAX_NODE_SCORE // 2 * product
+        return max(MIN_NODE_SCORE, min(MAX_NODE_SCORE, numerator // _D))
+
+    def score_batch(self, pod: PodInfo, batch: Batch) -> Int64Array | None:
+        demand = pod_devices(pod, self.args.resource)
+        free = batch.devices_free(self.args.resource)
+        left = cpu_free_batch(batch)
+        if int(np.abs(left).max(initial=0)) * max(demand.cpu, 1) >= 2**50:
+            return None  # beyond exact int64 products: the scalar path
+        fits, _ = first_fit_batch(free, demand.count, demand.milli)
+        fits &= left >= demand.cpu
+        product = left * demand.cpu + _GPU_FACTOR * np.clip(free, 0, None).sum(axis=1) * demand.total
+        numerator = MAX_NODE_SCORE * _D - MAX_NODE_SCORE // 2 * product
+        scores = np.clip(numerator // _D, MIN_NODE_SCORE, MAX_NODE_SCORE)
+        return np.where(fits, scores, MIN_NODE_SCORE).astype(np.int64)

@@ -1,0 +1,190 @@
+"""GpuFragmentation: Fragmentation Gradient Descent (FGD; Weng et al., "Beware of Fragmentation",
+USENIX ATC'23), scored on the placement the allocator makes (first fit, ``scoring.devices``).
+
+The *target workload* is a list of task types (cpu, per-device milli, device count) with their
+popularity. A node's fragmentation for one task type, in milli-devices:
+
+* a CPU-only type: every free milli-device of the node (GPUs no such task can use);
+* a type the node cannot host (fewer than ``gpus`` devices with ``gpuMilli`` left, or less cpu
+  left than it asks): all of the node's free milli-devices;
+* otherwise the free milli-devices of the devices with less than ``gpuMilli`` left.
+
+The node's fragmentation is the popularity-weighted sum over types (``F``, divided by the total
+popularity ``W`` it is the expected fragment). FGD places a pod where ``F`` grows least:
+
+* ``mapping: Sigmoid`` (the paper's plugin): ``int(100 · sigmoid(ΔF / (1000·W)))`` with ``ΔF`` =
+  ``F`` before - ``F`` after the pod (a reduction scores above 50). Computed exactly as the count of
+  the thresholds ``1000·W·logit(k/100)``, k = 1..99, that ``ΔF`` reaches, so the batch and the scalar
+  paths agree to the integer.
+* ``mapping: Linear``: ``clamp(50 + ΔF / (W · milliPerPoint), 0, 100)`` (floor division): the
+  same order with an even resolution of ``milliPerPoint`` expected milli-devices per point.
+
+The cpu left is allocatable minus requested (plain requests); the artifact ignores memory, so does
+this. GPU models are not part of a task type here (the node's model is a label scoring does not
+see; the openb default trace restricts no pod to a model). A node the pod does not fit scores 0.
+"""
+
+from __future__ import annotations
+
+import bisect
+import enum
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from scoring.devices import cpu_free, cpu_free_batch, first_fit, first_fit_batch, parse_resource, pod_devices
+from scoring.framework import (
+    MAX_NODE_SCORE,
+    MILLI_DEVICES,
+    MIN_NODE_SCORE,
+    ArgsError,
+    NodeInfo,
+    PodInfo,
+    parse_choice,
+    reject_unknown_fields,
+)
+from scoring.table import Batch, Int64Array
+
+__all__ = ["NAME", "GpuFragmentation", "GpuFragmentationArgs", "ScoreMapping", "TaskType", "fragmentation"]
+
+NAME = "GpuFragmentation"
+_TASK_FIELDS = ("cpu", "gpuMilli", "gpus", "popularity")
+
+
+class ScoreMapping(enum.Enum):
+    SIGMOID = "Sigmoid"
+    LINEAR = "Linear"
+
+
+@dataclass(frozen=True, slots=True)
+class TaskType:
+    cpu: int  # milli-CPU
+    gpu_milli: int  # per device; 0 for a CPU-only type
+    gpus: int
+    popularity: int
+
+
+def _int_field(raw: Mapping[str, Any], name: str, path: str, low: int, high: int | None = None) -> int:
+    value = raw.get(name, 0 if name in ("cpu", "gpuMilli", "gpus") else None)
+    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
+        bound = f" and <= {high}" if high is not None else ""
+        raise ArgsError(f"{path}.{name}: must be an integer >= {low}{bound}, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class GpuFragmentationArgs:
+    resource: str
+    workload: tuple[TaskType, ...]
+    mapping: ScoreMapping = ScoreMapping.SIGMOID
+    milli_per_point: int = 10
+
+    @classmethod
+    def parse(cls, raw: Any, path: str = "args") -> GpuFragmentationArgs:
+        if not isinstance(raw, Mapping):
+            raise ArgsError(f"{path}: must be a mapping with a 'workload' field (the target task types)")
+        reject_unknown_fields(raw, path, ("resource", "workload", "mapping", "milliPerPoint"))
+        resource = parse_resource(raw.get("resource"), path)
+        workload = raw.get("workload")
+        if not isinstance(workload, Sequence) or isinstance(workload, str) or not workload:
+            raise ArgsError(f"{path}.workload: must be a non-empty list of {{cpu, gpuMilli, gpus, popularity}}")
+        types = []
+        for index, task in enumerate(workload):
+            where = f"{path}.workload[{index}]"
+            if not isinstance(task, Mapping):
+                raise ArgsError(f"{where}: must be a mapping with {', '.join(_TASK_FIELDS)}")
+            reject_unknown_fields(task, where, _TASK_FIELDS)
+            cpu = _int_field(task, "cpu", where, 0)
+            milli = _int_field(task, "gpuMilli", where, 0, MILLI_DEVICES)
+            gpus = _int_field(task, "gpus", where, 0)
+            if (milli == 0) != (gpus == 0):
+                raise ArgsError(f"{where}: gpuMilli and gpus must both be 0 (a CPU-only type) or both > 0")
+            popularity = _int_field(task, "popularity", where, 1)
+            types.append(TaskType(cpu, milli, gpus, popularity))
+        mapping = parse_choice(ScoreMapping, raw.get("mapping", ScoreMapping.SIGMOID.value), f"{path}.mapping")
+        step = raw.get("milliPerPoint", 10)
+        if isinstance(step, bool) or not isinstance(step, int) or step <= 0:
+            raise ArgsError(f"{path}.milliPerPoint: must be an integer > 0, got {step!r}")
+        return cls(resource, tuple(types), mapping, step)
+
+
+def fragmentation(free: Sequence[int], cpu_left: int, workload: Sequence[TaskType]) -> int:
+    """``F``: the popularity-weighted fragmented milli-devices of a node (the definition)."""
+    left = [amount for amount in free if amount > 0]
+    idle = sum(left)
+    total = 0
+    for task in workload:
+        fragment = idle
+        if task.gpus and cpu_left >= task.cpu and sum(1 for a in free if a >= task.gpu_milli) >= task.gpus:
+            fragment = sum(a for a in left if a < task.gpu_milli)
+        total += task.popularity * fragment
+    return total
+
+
+class GpuFragmentation:
+    name = NAME
+
+    def __init__(self, args: GpuFragmentationArgs) -> None:
+        self.args = args
+        workload = args.workload
+        self.weight = sum(t.popularity for t in workload)
+        self._cpu = np.array([t.cpu for t in workload], dtype=np.int64)
+        self._milli = np.array([t.gpu_milli for t in workload], dtype=np.int64)
+        self._gpus = np.array([t.gpus for t in workload], dtype=np.int64)
+        self._popularity = np.array([t.popularity for t in workload], dtype=np.int64)
+        self._levels, self._level_of = np.unique(self._milli, return_inverse=True)
+        # ΔF reaching thresholds[k-1] scores at least k (Sigmoid): 1000·W·logit(k/100).
+        scale = MILLI_DEVICES * self.weight
+        self._thresholds = [scale * math.log(k / (MAX_NODE_SCORE - k)) for k in range(1, MAX_NODE_SCORE)]
+        self._threshold_array = np.array(self._thresholds, dtype=np.float64)
+
+    # ------------------------------------------------------------------ scalar (the definition)
+    def score(self, pod: PodInfo, node: NodeInfo) -> int:
+        demand = pod_devices(pod, self.args.resource)
+        free = node.devices_free(self.args.resource)
+        after = first_fit(free, demand.count, demand.milli)
+        left = cpu_free(node)
+        if after is None or left < demand.cpu:
+            return MIN_NODE_SCORE
+        workload = self.args.workload
+        delta = fragmentation(free, left, workload) - fragmentation(after, left - demand.cpu, workload)
+        return self._map(delta)
+
+    def _map(self, delta: int) -> int:
+        if self.args.mapping is ScoreMapping.SIGMOID:
+            return bisect.bisect_right(self._thresholds, float(delta))
+        step = self.weight * self.args.milli_per_point
+        return max(MIN_NODE_SCORE, min(MAX_NODE_SCORE, MAX_NODE_SCORE // 2 + delta // step))
+
+    # ------------------------------------------------------------------ batch twin
+    def _fragmentation_batch(self, free: Int64Array, cpu_left: Int64Array) -> Int64Array:
+        """``fragmentation`` per row: per distinct per-device milli of the types, the devices with that
+        much left and the free milli-devices short of it; then each type from those columns."""
+        left = np.clip(free, 0, None)
+        idle = left.sum(axis=1)
+        enough = free[:, None, :] >= self._levels[None, :, None]  # nodes x distinct milli x devices
+        counts = enough.sum(axis=2)[:, self._level_of]  # nodes x types
+        short = np.where(enough, 0, left[:, None, :]).sum(axis=2)[:, self._level_of]
+        hosts = (self._gpus[None, :] > 0) & (cpu_left[:, None] >= self._cpu[None, :]) & (counts >= self._gpus[None, :])
+        per_type = np.where(hosts, short, idle[:, None])
+        result: Int64Array = per_type @ self._popularity
+        return result
+
+    def score_batch(self, pod: PodInfo, batch: Batch) -> Int64Array | None:
+        demand = pod_devices(pod, self.args.resource)
+        free = batch.devices_free(self.args.resource)
+        fits, after = first_fit_batch(free, demand.count, demand.milli)
+        left = cpu_free_batch(batch)
+        fits &= left >= demand.cpu
+        before_f = self._fragmentation_batch(free, left)
+        after_f = self._fragmentation_batch(after, left - demand.cpu)
+        delta = before_f - after_f
+        if self.args.mapping is ScoreMapping.SIGMOID:
+            scores = np.searchsorted(self._threshold_array, delta.astype(np.float64), side="right").astype(np.int64)
+        else:
+            step = self.weight * self.args.milli_per_point
+            scores = np.clip(MAX_NODE_SCORE // 2 + delta // step, MIN_NODE_SCORE, MAX_NODE_SCORE)
+        return np.where(fits, scores, MIN_NODE_SCORE).astype(np.int64)

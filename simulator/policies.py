@@ -1,0 +1,104 @@
+"""The policies the simulator compares: each a list of score plugins of the extender configuration,
+so every baseline runs through the same filter → prioritize → bind code as the shipped default.
+
+* ``fitplus-sra``: the plugins of the base configuration (``--config``, default: the built-in one);
+* ``least-allocated``: kube-scheduler's default NodeResourcesFit (LeastAllocated, cpu and memory);
+* ``most-allocated``: MostAllocated on cpu, memory and ``nvidia.com/gpu``;
+* ``random``: no score plugin: every feasible node ties and kube-scheduler's random tie-break picks;
+* the FGD paper's baselines (Weng et al., USENIX ATC'23), from its artifact's definitions:
+  ``dot-product`` (DotProduct), ``gpu-packing`` (GpuPacking), ``best-fit`` (BestFit) and ``fgd``
+  (GpuFragmentation with the paper's sigmoid);
+* ``fgd-packing``: ours (see README, Simulate): GpuFragmentation at an even resolution, with
+  GpuPacking breaking its ties.
+
+The fragmentation plugins need the *target workload*: the trace's task types (cpu, per-GPU milli,
+GPU count), most frequent first until they cover 95 % of the pods, each with its pod count as
+popularity (``workload``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from app.config import ExtenderConfiguration
+from simulator.metrics import POPULARITY, pod_milli
+from simulator.trace import GPU, SimPod
+
+__all__ = ["FIT_RESOURCES", "POLICIES", "policy_config", "policy_plugins", "workload"]
+
+# The simulated cluster has no kube-scheduler in front: the extender checks cpu and memory too.
+FIT_RESOURCES = ("cpu", "memory", GPU)
+
+Plugins = list[dict[str, Any]]
+
+
+def workload(pods: Iterable[SimPod], popularity: float = POPULARITY) -> list[dict[str, int]]:
+    """The trace's task types as GpuFragmentation's ``workload`` arg: most frequent first until they
+    cover ``popularity`` of the pods; popularity = pods of the type."""
+    counts = Counter((pod.cpu_milli, pod_milli(pod), pod.gpus) for pod in pods)
+    total = sum(counts.values())
+    chosen: list[dict[str, int]] = []
+    covered = 0
+    for (cpu, milli, gpus), count in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
+        if covered >= popularity * total:
+            break
+        chosen.append({"cpu": cpu, "gpuMilli": milli, "gpus": gpus, "popularity": count})
+        covered += count
+    return chosen
+
+
+def _fit_plus(strategy: str, resources: Sequence[str]) -> Plugins:
+    args = {"resources": {r: {"type": strategy, "weight": 1} for r in resources}}
+    return [{"name": "NodeResourcesFitPlus", "args": args}]
+
+
+def _fgd(pods: Sequence[SimPod]) -> Plugins:
+    return [{"name": "GpuFragmentation", "args": {"workload": workload(pods)}}]
+
+
+def _fgd_packing(pods: Sequence[SimPod]) -> Plugins:
+    args = {"workload": workload(pods), "mapping": "Linear", "milliPerPoint": 10}
+    return [{"name": "GpuFragmentation", "weight": 9, "args": args}, {"name": "GpuPacking", "weight": 1}]
+
+
+def _combo(pods: Sequence[SimPod], fgd_weight: int, fit_weight: int, mapping: str, step: int = 10) -> Plugins:
+    args = {"workload": workload(pods), "mapping": mapping, "milliPerPoint": step}
+    return [{"name": "GpuFragmentation", "weight": fgd_weight, "args": args}, {"name": "BestFit", "weight": fit_weight}]
+
+
+_PLUGINS: Mapping[str, Callable[[Sequence[SimPod]], Plugins]] = {
+    "least-allocated": lambda _: _fit_plus("LeastAllocated", ("cpu", "memory")),
+    "most-allocated": lambda _: _fit_plus("MostAllocated", ("cpu", "memory", GPU)),
+    "random": lambda _: [],
+    "dot-product": lambda _: [{"name": "DotProduct"}],
+    "gpu-packing": lambda _: [{"name": "GpuPacking"}],
+    "best-fit": lambda _: [{"name": "BestFit"}],
+    "fgd": _fgd,
+    "fgd-packing": _fgd_packing,
+    "x-bf-fgd11": lambda pods: _combo(pods, 1, 1, "Sigmoid"),
+    "x-bf-fgd12": lambda pods: _combo(pods, 1, 2, "Sigmoid"),
+    "x-bf-fgdlin11": lambda pods: _combo(pods, 1, 1, "Linear", 20),
+    "x-bf-fgd21": lambda pods: _combo(pods, 2, 1, "Sigmoid"),
+}
+POLICIES = ("fitplus-sra", *_PLUGINS)
+
+
+def policy_plugins(policy: str, pods: Sequence[SimPod] = ()) -> Plugins | None:
+    """The policy's plugins (None: the base configuration's)."""
+    if policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r} (known: {', '.join(POLICIES)})")
+    factory = _PLUGINS.get(policy)
+    return None if factory is None else factory(pods)
+
+
+def policy_config(base: ExtenderConfiguration, policy: str, pods: Sequence[SimPod] = ()) -> ExtenderConfiguration:
+    """``base`` with the policy's plugins (the target workload from ``pods``) and cpu/memory/GPU fit,
+    validated like any config file."""
+    plugins = policy_plugins(policy, pods)
+    data = base.model_dump(mode="json")
+    data["managedResources"] = list(dict.fromkeys([*FIT_RESOURCES, *base.managed_resource_names]))
+    if plugins is not None:
+        data["plugins"] = plugins
+    return ExtenderConfiguration.model_validate(data)
