@@ -8,8 +8,8 @@ so every baseline runs through the same filter → prioritize → bind code as t
 * the FGD paper's baselines (Weng et al., USENIX ATC'23), from its artifact's definitions:
   ``dot-product`` (DotProduct), ``gpu-packing`` (GpuPacking), ``best-fit`` (BestFit) and ``fgd``
   (GpuFragmentation with the paper's sigmoid);
-* ``fgd-packing``: ours (see README, Simulate): GpuFragmentation at an even resolution, with
-  GpuPacking breaking its ties.
+* ``fgd-best-fit``: ours (README, Simulate): GpuFragmentation at an even resolution (10 expected
+  milli-GPUs per point, weight 19) with BestFit (weight 1) breaking its near-ties.
 
 The fragmentation plugins need the *target workload*: the trace's task types (cpu, per-GPU milli,
 GPU count), most frequent first until they cover 95 % of the pods, each with its pod count as
@@ -58,14 +58,9 @@ def _fgd(pods: Sequence[SimPod]) -> Plugins:
     return [{"name": "GpuFragmentation", "args": {"workload": workload(pods)}}]
 
 
-def _fgd_packing(pods: Sequence[SimPod]) -> Plugins:
+def _fgd_best_fit(pods: Sequence[SimPod]) -> Plugins:
     args = {"workload": workload(pods), "mapping": "Linear", "milliPerPoint": 10}
-    return [{"name": "GpuFragmentation", "weight": 9, "args": args}, {"name": "GpuPacking", "weight": 1}]
-
-
-def _combo(pods: Sequence[SimPod], fgd_weight: int, fit_weight: int, mapping: str, step: int = 10) -> Plugins:
-    args = {"workload": workload(pods), "mapping": mapping, "milliPerPoint": step}
-    return [{"name": "GpuFragmentation", "weight": fgd_weight, "args": args}, {"name": "BestFit", "weight": fit_weight}]
+    return [{"name": "GpuFragmentation", "weight": 19, "args": args}, {"name": "BestFit", "weight": 1}]
 
 
 _PLUGINS: Mapping[str, Callable[[Sequence[SimPod]], Plugins]] = {
@@ -76,11 +71,7 @@ _PLUGINS: Mapping[str, Callable[[Sequence[SimPod]], Plugins]] = {
     "gpu-packing": lambda _: [{"name": "GpuPacking"}],
     "best-fit": lambda _: [{"name": "BestFit"}],
     "fgd": _fgd,
-    "fgd-packing": _fgd_packing,
-    "x-bf-fgd11": lambda pods: _combo(pods, 1, 1, "Sigmoid"),
-    "x-bf-fgd12": lambda pods: _combo(pods, 1, 2, "Sigmoid"),
-    "x-bf-fgdlin11": lambda pods: _combo(pods, 1, 1, "Linear", 20),
-    "x-bf-fgd21": lambda pods: _combo(pods, 2, 1, "Sigmoid"),
+    "fgd-best-fit": _fgd_best_fit,
 }
 POLICIES = ("fitplus-sra", *_PLUGINS)
 
