@@ -161,13 +161,17 @@ class GpuFragmentation:
 
     # ------------------------------------------------------------------ batch twin
     def _fragmentation_batch(self, free: Int64Array, cpu_left: Int64Array) -> Int64Array:
-        """``fragmentation`` per row: per distinct per-device milli of the types, the devices with that
-        much left and the free milli-devices short of it; then each type from those columns."""
-        left = np.clip(free, 0, None)
-        idle = left.sum(axis=1)
-        enough = free[:, None, :] >= self._levels[None, :, None]  # nodes x distinct milli x devices
-        counts = enough.sum(axis=2)[:, self._level_of]  # nodes x types
-        short = np.where(enough, 0, left[:, None, :]).sum(axis=2)[:, self._level_of]
+        """``fragmentation`` per row. Each row sorted, with prefix sums of its free milli-devices: per
+        distinct per-device milli of the types, the devices short of it are a prefix (how many:
+        one comparison per device), their free milli-devices that prefix's sum."""
+        ordered = np.sort(free, axis=1)
+        left = np.clip(ordered, 0, None)
+        prefix = np.zeros((len(free), free.shape[1] + 1), dtype=np.int64)
+        np.cumsum(left, axis=1, out=prefix[:, 1:])
+        idle = prefix[:, -1]
+        below = (ordered[:, None, :] < self._levels[None, :, None]).sum(axis=2)  # nodes x distinct milli
+        short = np.take_along_axis(prefix, below, axis=1)[:, self._level_of]  # nodes x types
+        counts = (free.shape[1] - below)[:, self._level_of]
         hosts = (self._gpus[None, :] > 0) & (cpu_left[:, None] >= self._cpu[None, :]) & (counts >= self._gpus[None, :])
         per_type = np.where(hosts, short, idle[:, None])
         result: Int64Array = per_type @ self._popularity
