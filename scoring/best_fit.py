@@ -13,14 +13,17 @@ their order, which is all kube-scheduler's choice reads from the best node.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
-
 import numpy as np
 
-from scoring.devices import cpu_free, cpu_free_batch, first_fit, first_fit_batch, parse_resource, pod_devices
-from scoring.framework import MAX_NODE_SCORE, MIN_NODE_SCORE, ArgsError, NodeInfo, PodInfo, reject_unknown_fields
+from scoring.devices import (
+    DeviceResourceArgs,
+    cpu_free,
+    cpu_free_batch,
+    first_fit,
+    first_fit_batch,
+    pod_devices,
+)
+from scoring.framework import MAX_NODE_SCORE, MIN_NODE_SCORE, NodeInfo, PodInfo
 from scoring.table import Batch, Int64Array
 
 __all__ = ["MAX_SPEC_CPU", "MAX_SPEC_MILLI", "NAME", "BestFit", "BestFitArgs"]
@@ -33,18 +36,7 @@ _CPU_FACTOR = MAX_NODE_SCORE * _DENOMINATOR // (2 * MAX_SPEC_CPU)  # 100
 _GPU_FACTOR = MAX_NODE_SCORE * _DENOMINATOR // (2 * MAX_SPEC_MILLI)  # 1600 per milli at 1/2 weight
 
 
-@dataclass(frozen=True, slots=True)
-class BestFitArgs:
-    resource: str
-
-    @classmethod
-    def parse(cls, raw: Any, path: str = "args") -> BestFitArgs:
-        if raw is None:
-            raw = {}
-        if not isinstance(raw, Mapping):
-            raise ArgsError(f"{path}: must be a mapping (optional field 'resource')")
-        reject_unknown_fields(raw, path, ("resource",))
-        return cls(parse_resource(raw.get("resource"), path))
+BestFitArgs = DeviceResourceArgs  # only ``resource``
 
 
 def _value(cpu_after: int, milli_after: int) -> int:

@@ -12,17 +12,19 @@ the rows of nodes with fewer devices in a batch.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from scoring.framework import MILLI_DEVICES, ArgsError, NodeInfo, PodInfo
+from scoring.framework import MILLI_DEVICES, ArgsError, NodeInfo, PodInfo, reject_unknown_fields
 from scoring.resources import CPU
 from scoring.table import Batch, BoolArray, Int64Array
 
 __all__ = [
     "DEFAULT_RESOURCE",
+    "DeviceResourceArgs",
     "PodDevices",
     "cpu_free",
     "cpu_free_batch",
@@ -42,6 +44,22 @@ def parse_resource(raw: object, path: str) -> str:
     if not isinstance(raw, str) or not raw:
         raise ArgsError(f"{path}.resource: must be a non-empty resource name, got {raw!r}")
     return raw
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceResourceArgs:
+    """Args of the plugins that name only the device resource (BestFit, DotProduct, GpuPacking)."""
+
+    resource: str
+
+    @classmethod
+    def parse(cls, raw: Any, path: str = "args") -> DeviceResourceArgs:
+        if raw is None:
+            raw = {}
+        if not isinstance(raw, Mapping):
+            raise ArgsError(f"{path}: must be a mapping (optional field 'resource')")
+        reject_unknown_fields(raw, path, ("resource",))
+        return cls(parse_resource(raw.get("resource"), path))
 
 
 @dataclass(frozen=True, slots=True)

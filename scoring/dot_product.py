@@ -11,15 +11,18 @@ not fit (first fit) scores 0.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
-
 import numpy as np
 
 from scoring.best_fit import MAX_SPEC_CPU, MAX_SPEC_MILLI
-from scoring.devices import cpu_free, cpu_free_batch, first_fit, first_fit_batch, parse_resource, pod_devices
-from scoring.framework import MAX_NODE_SCORE, MIN_NODE_SCORE, ArgsError, NodeInfo, PodInfo, reject_unknown_fields
+from scoring.devices import (
+    DeviceResourceArgs,
+    cpu_free,
+    cpu_free_batch,
+    first_fit,
+    first_fit_batch,
+    pod_devices,
+)
+from scoring.framework import MAX_NODE_SCORE, MIN_NODE_SCORE, NodeInfo, PodInfo
 from scoring.table import Batch, Int64Array
 
 __all__ = ["NAME", "DotProduct", "DotProductArgs"]
@@ -29,18 +32,7 @@ _D = MAX_SPEC_CPU * MAX_SPEC_CPU
 _GPU_FACTOR = _D // (MAX_SPEC_MILLI * MAX_SPEC_MILLI)  # 256
 
 
-@dataclass(frozen=True, slots=True)
-class DotProductArgs:
-    resource: str
-
-    @classmethod
-    def parse(cls, raw: Any, path: str = "args") -> DotProductArgs:
-        if raw is None:
-            raw = {}
-        if not isinstance(raw, Mapping):
-            raise ArgsError(f"{path}: must be a mapping (optional field 'resource')")
-        reject_unknown_fields(raw, path, ("resource",))
-        return cls(parse_resource(raw.get("resource"), path))
+DotProductArgs = DeviceResourceArgs  # only ``resource``
 
 
 class DotProduct:

@@ -13,21 +13,15 @@ A pod asking for no devices, or one that does not fit, scores 0. Integer arithme
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
-
 import numpy as np
 
-from scoring.devices import first_fit_batch, parse_resource, pod_devices
+from scoring.devices import DeviceResourceArgs, first_fit_batch, pod_devices
 from scoring.framework import (
     MAX_NODE_SCORE,
     MILLI_DEVICES,
     MIN_NODE_SCORE,
-    ArgsError,
     NodeInfo,
     PodInfo,
-    reject_unknown_fields,
 )
 from scoring.table import Batch, Int64Array
 
@@ -38,18 +32,7 @@ _IDLE = MAX_NODE_SCORE // 3
 _FRESH = MAX_NODE_SCORE // 2
 
 
-@dataclass(frozen=True, slots=True)
-class GpuPackingArgs:
-    resource: str
-
-    @classmethod
-    def parse(cls, raw: Any, path: str = "args") -> GpuPackingArgs:
-        if raw is None:
-            raw = {}
-        if not isinstance(raw, Mapping):
-            raise ArgsError(f"{path}: must be a mapping (optional field 'resource')")
-        reject_unknown_fields(raw, path, ("resource",))
-        return cls(parse_resource(raw.get("resource"), path))
+GpuPackingArgs = DeviceResourceArgs  # only ``resource``
 
 
 class GpuPacking:

@@ -110,14 +110,9 @@ def format_table(results: Sequence[Any]) -> str:
         ("CPU-only pods on GPU nodes", [str(r.cpu_pods_on_gpu_nodes) for r in results]),
         ("wall time", [f"{r.wall_seconds:.1f} s" for r in results]),
     ]
-    width = max(len(label) for label, _ in rows)
-    columns = [max(len(row[1][i]) for row in rows) for i in range(len(results))]
-    lines = []
-    for number, (label, cells) in enumerate(rows):
-        lines.append("  ".join([label.ljust(width), *(c.rjust(w) for c, w in zip(cells, columns, strict=True))]))
-        if number == 0:
-            lines.append("-" * len(lines[0]))
-    return "\n".join(lines)
+    from simulator.report import aligned
+
+    return aligned(rows)
 
 
 def write_plot(results: Sequence[Any], path: str, title: str) -> None:

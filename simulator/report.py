@@ -10,7 +10,7 @@ import numpy as np
 
 from simulator.metrics import CHECKPOINTS, KINDS
 
-__all__ = ["format_summary", "write_unallocated_plot"]
+__all__ = ["aligned", "format_summary", "write_unallocated_plot"]
 
 
 def _cell(spread: Mapping[str, float] | None, digits: int = 1, suffix: str = "") -> str:
@@ -39,8 +39,13 @@ def format_summary(summary: Sequence[Mapping[str, Any]]) -> str:
     for kind in KINDS:
         rows.append((f"failed {kind} pods", [_cell(s["failedByKind"][kind], 0) for s in summary]))
     rows.append(("wall time per run", [_cell(s["wallSeconds"], 1, " s") for s in summary]))
+    return aligned(rows)
+
+
+def aligned(rows: Sequence[tuple[str, Sequence[str]]]) -> str:
+    """A text table: labels left, one right-aligned column per policy, a rule under the first row."""
     width = max(len(label) for label, _ in rows)
-    columns = [max(len(row[1][i]) for row in rows) for i in range(len(summary))]
+    columns = [max(len(row[1][i]) for row in rows) for i in range(len(rows[0][1]))]
     lines = []
     for number, (label, cells) in enumerate(rows):
         lines.append("  ".join([label.ljust(width), *(c.rjust(w) for c, w in zip(cells, columns, strict=True))]))
