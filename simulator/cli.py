@@ -23,7 +23,7 @@ def add_simulate_parser(commands: Any) -> None:
         description="Schedules pods in creation order through the same filter, prioritize and bind path the "
         "service uses (in process) and reports placement quality per policy.",
     )
-    nodes = simulate.add_mutually_exclusive_group(required=True)
+    nodes = simulate.add_mutually_exclusive_group()
     nodes.add_argument("--nodes", help="node list CSV (openb: sn, cpu_milli, memory_mib, gpu, model)")
     nodes.add_argument("--snapshot", help="nodes from a snapshot file (kubectl get nodes -o yaml)")
     simulate.add_argument(
@@ -72,6 +72,11 @@ def add_simulate_parser(commands: Any) -> None:
     simulate.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
     simulate.add_argument("--plot", metavar="FILE.png", help="draw GPU allocation against submitted GPU demand")
     simulate.add_argument("--no-progress", action="store_true", help="no progress bar")
+    simulate.add_argument(
+        "--print-workload",
+        action="store_true",
+        help="print the pods' task types as GpuFragmentation's workload arg (YAML) and exit; no nodes needed",
+    )
 
 
 def _percent(part: float, whole: float) -> str:
@@ -151,6 +156,22 @@ def _sampling_note(scheduler: Any, nodes: int) -> str:
     )
 
 
+def _print_workload(path: str) -> int:
+    """The trace's task types, as ``workload:`` of GpuFragmentation's args (simulator.policies.workload)."""
+    from simulator.policies import workload
+    from simulator.trace import TraceError, load_pods
+
+    try:
+        pods = load_pods(path)
+    except TraceError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print("workload:")
+    for task in workload(pods):
+        print("- {" + ", ".join(f"{key}: {value}" for key, value in task.items()) + "}")
+    return 0
+
+
 def run_simulate(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
@@ -165,6 +186,11 @@ def run_simulate(args: argparse.Namespace) -> int:
     unknown = [p for p in policies if p not in POLICIES]
     if unknown:
         print(f"error: unknown policy {', '.join(unknown)} (known: {', '.join(POLICIES)})", file=sys.stderr)
+        return 2
+    if args.print_workload:
+        return _print_workload(args.pods)
+    if not args.nodes and not args.snapshot:
+        print("error: one of --nodes or --snapshot is required", file=sys.stderr)
         return 2
     config = load_config(args.config)
     try:

@@ -8,7 +8,7 @@ so every baseline runs through the same filter → prioritize → bind code as t
 * the FGD paper's baselines (Weng et al., USENIX ATC'23), from its artifact's definitions:
   ``dot-product`` (DotProduct), ``gpu-packing`` (GpuPacking), ``best-fit`` (BestFit) and ``fgd``
   (GpuFragmentation with the paper's sigmoid);
-* ``fgd-best-fit``: ours (README, Simulate): GpuFragmentation at an even resolution (10 expected
+* ``fgd-best-fit``: ours (README, Simulate): GpuFragmentation at an even resolution (15 expected
   milli-GPUs per point, weight 19) with BestFit (weight 1) breaking its near-ties.
 
 The fragmentation plugins need the *target workload*: the trace's task types (cpu, per-GPU milli,
@@ -59,7 +59,7 @@ def _fgd(pods: Sequence[SimPod]) -> Plugins:
 
 
 def _fgd_best_fit(pods: Sequence[SimPod]) -> Plugins:
-    args = {"workload": workload(pods), "mapping": "Linear", "milliPerPoint": 10}
+    args = {"workload": workload(pods), "mapping": "Linear", "milliPerPoint": 15}
     return [{"name": "GpuFragmentation", "weight": 19, "args": args}, {"name": "BestFit", "weight": 1}]
 
 

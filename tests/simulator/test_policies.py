@@ -3,7 +3,14 @@ target workload taken from the trace."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+import yaml
+
+from app.cli import main
 from app.config import load_config
+from scoring.fragmentation import GpuFragmentationArgs
 from simulator.policies import POLICIES, policy_config, workload
 from simulator.trace import SimPod
 
@@ -33,3 +40,23 @@ def test_every_policy_is_a_valid_configuration() -> None:
         config.build_profile()
     names = [p.name for p in policy_config(base, "fgd", pods).plugins]
     assert names == ["GpuFragmentation"]
+
+
+def test_print_workload_writes_args_gpu_fragmentation_accepts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "pods.csv"
+    trace.write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,4000,1024,1,500\np1,4000,1024,1,500\np2,8000,1024,2,1000\n"
+    )
+    assert main(["simulate", "--pods", str(trace), "--print-workload"]) == 0
+    args = GpuFragmentationArgs.parse(yaml.safe_load(capsys.readouterr().out))
+    assert [(t.cpu, t.gpu_milli, t.gpus, t.popularity) for t in args.workload] == [
+        (4000, 500, 1, 2),
+        (8000, 1000, 2, 1),
+    ]
+
+
+def test_simulate_without_nodes_is_an_error_that_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "--pods", "x.csv"]) == 2
+    assert "--nodes or --snapshot" in capsys.readouterr().err
