@@ -15,14 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from scoring.devices import (
-    DeviceResourceArgs,
-    cpu_free,
-    cpu_free_batch,
-    first_fit,
-    first_fit_batch,
-    pod_devices,
-)
+from scoring.devices import DeviceResourceArgs, fit, fit_batch
 from scoring.framework import MAX_NODE_SCORE, MIN_NODE_SCORE, NodeInfo, PodInfo
 from scoring.table import Batch, Int64Array
 
@@ -51,20 +44,16 @@ class BestFit:
         self.args = args
 
     def score(self, pod: PodInfo, node: NodeInfo) -> int:
-        demand = pod_devices(pod, self.args.resource)
-        free = node.devices_free(self.args.resource)
-        left = cpu_free(node)
-        if first_fit(free, demand.count, demand.milli) is None or left < demand.cpu:
+        placed = fit(pod, node, self.args.resource)
+        if placed is None:
             return MIN_NODE_SCORE
-        return _value(left - demand.cpu, sum(a for a in free if a > 0) - demand.total)
+        return _value(placed.cpu_left - placed.demand.cpu, placed.idle - placed.demand.total)
 
     def score_batch(self, pod: PodInfo, batch: Batch) -> Int64Array | None:
-        demand = pod_devices(pod, self.args.resource)
-        free = batch.devices_free(self.args.resource)
-        left = cpu_free_batch(batch)
-        fits, _ = first_fit_batch(free, demand.count, demand.milli)
-        fits &= left >= demand.cpu
-        milli_after = np.clip(free, 0, None).sum(axis=1) - demand.total
-        numerator = MAX_NODE_SCORE * _DENOMINATOR - _CPU_FACTOR * (left - demand.cpu) - _GPU_FACTOR * milli_after
+        placed = fit_batch(pod, batch, self.args.resource)
+        demand = placed.demand
+        milli_after = placed.idle - demand.total
+        cpu_after = placed.cpu_left - demand.cpu
+        numerator = MAX_NODE_SCORE * _DENOMINATOR - _CPU_FACTOR * cpu_after - _GPU_FACTOR * milli_after
         scores = np.clip(numerator // _DENOMINATOR, MIN_NODE_SCORE, MAX_NODE_SCORE)
-        return np.where(fits, scores, MIN_NODE_SCORE).astype(np.int64)
+        return np.where(placed.fits, scores, MIN_NODE_SCORE).astype(np.int64)

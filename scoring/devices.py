@@ -25,11 +25,15 @@ from scoring.table import Batch, BoolArray, Int64Array
 __all__ = [
     "DEFAULT_RESOURCE",
     "DeviceResourceArgs",
+    "Fit",
+    "FitBatch",
     "PodDevices",
     "cpu_free",
     "cpu_free_batch",
     "first_fit",
     "first_fit_batch",
+    "fit",
+    "fit_batch",
     "parse_resource",
     "pod_devices",
 ]
@@ -80,6 +84,45 @@ def pod_devices(pod: PodInfo, resource: str) -> PodDevices:
     if count <= 0 or milli <= 0:
         count = milli = 0
     return PodDevices(count, min(milli, MILLI_DEVICES), max(pod.resources.requests.get(CPU, 0), 0))
+
+
+@dataclass(frozen=True, slots=True)
+class Fit:
+    """A pod that fits a node by first fit: its demand, and the node's free milli-devices (all of
+    them, before the pod) and cpu left (before the pod)."""
+
+    demand: PodDevices
+    idle: int
+    cpu_left: int
+
+
+def fit(pod: PodInfo, node: NodeInfo, resource: str) -> Fit | None:
+    """``Fit`` when the pod's devices fit the node (first fit) and its cpu does; else None."""
+    demand = pod_devices(pod, resource)
+    free = node.devices_free(resource)
+    left = cpu_free(node)
+    if first_fit(free, demand.count, demand.milli) is None or left < demand.cpu:
+        return None
+    return Fit(demand, sum(a for a in free if a > 0), left)
+
+
+@dataclass(frozen=True, slots=True)
+class FitBatch:
+    """``Fit`` per node of a batch, with where the pod fits."""
+
+    demand: PodDevices
+    fits: BoolArray
+    idle: Int64Array
+    cpu_left: Int64Array
+
+
+def fit_batch(pod: PodInfo, batch: Batch, resource: str) -> FitBatch:
+    demand = pod_devices(pod, resource)
+    free = batch.devices_free(resource)
+    left = cpu_free_batch(batch)
+    fits, _ = first_fit_batch(free, demand.count, demand.milli)
+    fits &= left >= demand.cpu
+    return FitBatch(demand, fits, np.clip(free, 0, None).sum(axis=1), left)
 
 
 def cpu_free(node: NodeInfo) -> int:

@@ -14,14 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from scoring.best_fit import MAX_SPEC_CPU, MAX_SPEC_MILLI
-from scoring.devices import (
-    DeviceResourceArgs,
-    cpu_free,
-    cpu_free_batch,
-    first_fit,
-    first_fit_batch,
-    pod_devices,
-)
+from scoring.devices import DeviceResourceArgs, fit, fit_batch
 from scoring.framework import MAX_NODE_SCORE, MIN_NODE_SCORE, NodeInfo, PodInfo
 from scoring.table import Batch, Int64Array
 
@@ -42,24 +35,20 @@ class DotProduct:
         self.args = args
 
     def score(self, pod: PodInfo, node: NodeInfo) -> int:
-        demand = pod_devices(pod, self.args.resource)
-        free = node.devices_free(self.args.resource)
-        left = cpu_free(node)
-        if first_fit(free, demand.count, demand.milli) is None or left < demand.cpu:
+        placed = fit(pod, node, self.args.resource)
+        if placed is None:
             return MIN_NODE_SCORE
-        product = left * demand.cpu + _GPU_FACTOR * sum(a for a in free if a > 0) * demand.total
+        demand = placed.demand
+        product = placed.cpu_left * demand.cpu + _GPU_FACTOR * placed.idle * demand.total
         numerator = MAX_NODE_SCORE * _D - MAX_NODE_SCORE // 2 * product
         return max(MIN_NODE_SCORE, min(MAX_NODE_SCORE, numerator // _D))
 
     def score_batch(self, pod: PodInfo, batch: Batch) -> Int64Array | None:
-        demand = pod_devices(pod, self.args.resource)
-        free = batch.devices_free(self.args.resource)
-        left = cpu_free_batch(batch)
+        placed = fit_batch(pod, batch, self.args.resource)
+        demand, left = placed.demand, placed.cpu_left
         if int(np.abs(left).max(initial=0)) * max(demand.cpu, 1) >= 2**50:
             return None  # beyond exact int64 products: the scalar path
-        fits, _ = first_fit_batch(free, demand.count, demand.milli)
-        fits &= left >= demand.cpu
-        product = left * demand.cpu + _GPU_FACTOR * np.clip(free, 0, None).sum(axis=1) * demand.total
+        product = left * demand.cpu + _GPU_FACTOR * placed.idle * demand.total
         numerator = MAX_NODE_SCORE * _D - MAX_NODE_SCORE // 2 * product
         scores = np.clip(numerator // _D, MIN_NODE_SCORE, MAX_NODE_SCORE)
-        return np.where(fits, scores, MIN_NODE_SCORE).astype(np.int64)
+        return np.where(placed.fits, scores, MIN_NODE_SCORE).astype(np.int64)
