@@ -162,7 +162,12 @@ class Harness:
         self.cache.check_invariants()
 
     def watching(self) -> bool:
-        return all(self.cache.source(s).synced and self.cache.source(s).connected for s in SOURCES)
+        # Optional APIs (DeviceTaintRules) count as synced once they answered, served or not: /readyz
+        # waits for them too, so a test reading /readyz must.
+        optional = {r.resource.name for r in self.reflectors} - set(SOURCES)
+        return all(self.cache.source(s).synced and self.cache.source(s).connected for s in SOURCES) and all(
+            self.cache.source(s).synced for s in optional
+        )
 
     async def readyz(self) -> tuple[int, dict[str, Any]]:
         response = await self.http.get("/readyz")
