@@ -4,6 +4,11 @@ Counts resource *types*, never quantities: ``D`` = scored types with allocatable
 that the pod does not request, ``S`` = ``D`` ∩ scarce list (exact names). Score is
 ``(|D| - |S|) * 100 // |D|``, and 100 when either set is empty. ``pods`` never counts. An extended
 resource served by DRA devices on the node (``NodeInfo.dra_allocatable``) is one of its types.
+
+A pod that asks for every scarce resource (in its containers or through its ResourceClaims) scores
+100 on every node it can use, so the plugin sits out for it (``applies``), as a PreScore that
+returns Skip: a constant would only shift the profile's weighted mean and, truncated, blur the
+other plugins' differences.
 """
 
 from __future__ import annotations
@@ -46,6 +51,10 @@ class ScarceResourceAvoidance:
 
     def __init__(self, args: ScarceResourceAvoidanceArgs) -> None:
         self.args = args
+
+    def applies(self, pod: PodInfo) -> bool:
+        """False for a pod that asks for every scarce resource (it would score 100 everywhere)."""
+        return not all(pod.device_request(name)[0] > 0 for name in self.args.resources)
 
     def score(self, pod: PodInfo, node: NodeInfo) -> int:
         unrequested = node.allocatable_types - pod.resources.requested_names

@@ -166,14 +166,13 @@ def test_combined_is_rounded_once_after_the_mean() -> None:
 
 def test_gpu_pod_prefers_fuller_gpu_node() -> None:
     # GPU pod: cpu 1, memory 4Gi, gpu 2
-    #   empty node : gpu MA 2*100//8 = 25; cpu 75; mem 75 -> (50 + 75 + 75) // 4 = 50; SRA D={eph} S=0 -> 100
-    #                combined (50 + 100) // 2 = 75 -> 8
-    #   busy node  : gpu 6 used -> MA 8*100//8 = 100; cpu 75; mem 75 -> (200 + 150) // 4 = 87; SRA 100
-    #                combined (87 + 100) // 2 = 93 -> 9
+    #   empty node : gpu MA 2*100//8 = 25; cpu 75; mem 75 -> (50 + 75 + 75) // 4 = 50
+    #   busy node  : gpu 6 used -> MA 8*100//8 = 100; cpu 75; mem 75 -> (200 + 150) // 4 = 87
+    #   SRA sits out: the pod asks for the only scarce resource (it would score 100 on both)
     gpu_pod = pod({"cpu": "1", "memory": "4Gi", GPU: "2"})
     prof = profile()
-    assert prof.score(gpu_pod, node(GPU_NODE)) == NodeScore({fitplus.NAME: 50, scarce.NAME: 100}, 75)
-    assert prof.score(gpu_pod, node(GPU_NODE, {GPU: 6})) == NodeScore({fitplus.NAME: 87, scarce.NAME: 100}, 93)
+    assert prof.score(gpu_pod, node(GPU_NODE)) == NodeScore({fitplus.NAME: 50}, 50)
+    assert prof.score(gpu_pod, node(GPU_NODE, {GPU: 6})) == NodeScore({fitplus.NAME: 87}, 87)
 
 
 def test_node_score_per_plugin() -> None:

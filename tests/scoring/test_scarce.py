@@ -6,11 +6,13 @@ D = N - P, S = D ∩ scarce. Score = 100 if |D| == 0 or |S| == 0 else (|D| - |S|
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from scoring.framework import ArgsError, NodeInfo
+from scoring.profile import Profile, ScorePluginSpec
 from scoring.scarce import NAME, ScarceResourceAvoidance, ScarceResourceAvoidanceArgs
 from tests.scoring.builders import ctr, node, pod
 
@@ -114,6 +116,33 @@ def test_pod_requesting_scarce_resource_scores_100() -> None:
     # P includes gpu -> D = {ephemeral-storage} -> S empty -> 100
     n = node({"cpu": 32000, "memory": 128 * GI, "ephemeral-storage": GI, GPU: 8})
     assert sra(GPU).score(pod(ctr({"cpu": "1", "memory": "1Gi", GPU: "1"})), n) == 100
+
+
+def test_sits_out_for_a_pod_asking_for_every_scarce_resource() -> None:
+    # it would score 100 on every node: left out of the weighted mean, as a PreScore Skip
+    gpu_pod = pod(ctr({"cpu": "1", GPU: "1"}))
+    assert not sra(GPU).applies(gpu_pod)
+    claim_pod = replace(pod(CPU_POD), claim_devices={GPU: (1, 500)})  # GPUs through a ResourceClaim
+    assert not sra(GPU).applies(claim_pod)
+    assert sra(GPU).applies(pod(CPU_POD))
+    assert sra(GPU, "rdma/hca").applies(gpu_pod)  # asks for one scarce resource, not both
+    profile = Profile([], [ScorePluginSpec(sra(GPU), 1), ScorePluginSpec(_Constant(40), 1)])
+    n = node({"cpu": 32000, "memory": 128 * GI, GPU: 8})
+    assert profile.score(gpu_pod, n).node_score == 40
+    assert profile.score(pod(CPU_POD), n).node_score == 20  # (0 + 40) // 2
+
+
+class _Constant:
+    name = "Constant"
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def score(self, pod: object, node: object) -> int:
+        return self.value
+
+    def score_batch(self, pod: object, batch: object) -> None:
+        return None
 
 
 def test_scarce_requested_by_init_container_counts() -> None:
