@@ -59,6 +59,13 @@ def add_simulate_parser(commands: Any) -> None:
     )
     simulate.add_argument("--shuffle", action="store_true", help="fill mode: submit the pods in a seeded random order")
     simulate.add_argument(
+        "--tie-break",
+        choices=["random", "lowest-name"],
+        default="random",
+        help="among nodes with the same total: random (kube-scheduler, default) or lowest-name (the FGD "
+        "paper's artifact, whose selectHost took the lexicographically smallest node name)",
+    )
+    simulate.add_argument(
         "--target",
         type=float,
         default=1.3,
@@ -221,7 +228,7 @@ def run_simulate(args: argparse.Namespace) -> int:
     if args.seeds < 1:
         print("error: --seeds must be >= 1", file=sys.stderr)
         return 2
-    run = Run(config, nodes, pods, args.mode, args.sharing, args.target, args.shuffle, scheduler)
+    run = Run(config, nodes, pods, args.mode, args.sharing, args.target, args.shuffle, scheduler, args.tie_break)
     seeds = list(range(args.seed, args.seed + args.seeds))
     runs = len(policies) * len(seeds)
     workers = min(args.workers or os.cpu_count() or 1, runs)

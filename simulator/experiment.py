@@ -34,6 +34,7 @@ class Run:
     target: float
     shuffle: bool
     scheduler: SchedulerConfig | None
+    tie_break: str = "random"
 
 
 _shared: Run | None = None  # in a worker process: the experiment's shared inputs
@@ -61,6 +62,7 @@ def _simulate(run: Run, policy: str, seed: int) -> PolicyResult:
         sharing=run.sharing,
         shuffle=run.shuffle,
         target=run.target,
+        tie_break=run.tie_break,
     )
     result.placements.clear()  # not reported; keeps what goes back to the parent small
     return result

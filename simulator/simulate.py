@@ -47,6 +47,7 @@ __all__ = [
     "MODES",
     "POLICIES",
     "SHARING",
+    "TIE_BREAKS",
     "FirstFailure",
     "PolicyResult",
     "check_order",
@@ -58,6 +59,7 @@ __all__ = [
 
 MODES = ("fill", "replay", "inflate")
 SHARING = dra.SHARING
+TIE_BREAKS = ("random", "lowest-name")
 _encode = msgspec.json.encode
 
 
@@ -162,6 +164,7 @@ class _Scheduler:
         seed: int,
         scheduler: SchedulerConfig | None = None,
         sharing: str = "none",
+        tie_break: str = "random",
     ) -> None:
         self.cache = ClusterCache()
         self.sharing = sharing
@@ -179,6 +182,9 @@ class _Scheduler:
             self.cache.dra.replace_slices(s for s in map(dra.node_slice, nodes) if s is not None)
         self.nodes = {node.name: node for node in nodes}
         self.rng = random.Random(seed)
+        # kube-scheduler picks among equal totals at random; the FGD artifact's selectHost took the
+        # lexicographically smallest node name (a fixed packing order), which ``lowest-name`` plays.
+        self.choose: Callable[[list[str]], str] = self.rng.choice if tie_break == "random" else min
         self.scheduler = scheduler
         self.kube = scheduler.scoring() if scheduler is not None else None
         self._all_names = _encode([node.name for node in nodes])
@@ -238,7 +244,7 @@ class _Scheduler:
 
     def _extender_choice(self, pod_part: bytes, passed: list[str]) -> str:
         """No scheduler config: the highest extender priority, ties at random."""
-        return select_host(*self._priorities(pod_part, passed), self.rng.choice)
+        return select_host(*self._priorities(pod_part, passed), self.choose)
 
     def _choice(self, pod: SimPod, pod_part: bytes, passed: list[str]) -> str:
         """kube-scheduler's choice: one node is taken unscored; else in-tree totals + extender priority."""
@@ -258,7 +264,7 @@ class _Scheduler:
         plugin_totals = np.zeros(len(passed), dtype=np.int64)
         if info is not None and self.kube.plugins:
             plugin_totals = self._plugin_totals(info, passed)
-        return select_host_batch(passed, self.kube.totals_batch(plugin_totals, priorities), self.rng.choice)
+        return select_host_batch(passed, self.kube.totals_batch(plugin_totals, priorities), self.choose)
 
     def _plugin_totals(self, pod: PodInfo, passed: list[str]) -> Int64Array:
         """Σ weight · score of the modelled in-tree plugins per node, from the cache's node table."""
@@ -323,8 +329,9 @@ async def _run(
     sharing: str,
     in_order: bool,
     shapes_from: Sequence[SimPod],
+    tie_break: str,
 ) -> PolicyResult:
-    scheduler = _Scheduler(config, nodes, seed, scheduler_config, sharing)
+    scheduler = _Scheduler(config, nodes, seed, scheduler_config, sharing, tie_break)
     result = PolicyResult(policy, mode, sum(node.gpus for node in nodes), sharing=sharing, seed=seed, pods=len(pods))
     ledger = GpuLedger(nodes, typical_shapes(shapes_from))
     metrics = result.metrics = ShareMetrics(ledger.total_milli)
@@ -411,6 +418,7 @@ def simulate(
     sharing: str = "dra",
     shuffle: bool = False,
     target: float = DEFAULT_TARGET,
+    tie_break: str = "random",
 ) -> PolicyResult:
     """Run the whole trace under one policy on a fresh cache; ``progress(n)`` reports handled events.
 
@@ -420,18 +428,23 @@ def simulate(
     ``none`` (whole GPUs of the device plugin). ``mode``: fill (creation order, deletions ignored;
     ``shuffle``: a seeded random order), replay (creations and deletions in time), inflate (the FGD
     paper's experiment: ``simulator.inflate`` up to ``target`` x the cluster's GPUs, seeded).
+    ``tie_break``: ``random`` (kube-scheduler) or ``lowest-name`` (the FGD artifact's selectHost).
     """
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r} (known: {', '.join(MODES)})")
     if sharing not in SHARING:
         raise ValueError(f"unknown sharing {sharing!r} (known: {', '.join(SHARING)})")
+    if tie_break not in TIE_BREAKS:
+        raise ValueError(f"unknown tie-break {tie_break!r} (known: {', '.join(TIE_BREAKS)})")
     check_order(pods, mode)
     config = policy_config(base, policy, pods)
     started = time.perf_counter()
     ordered, in_order = schedule_order(pods, nodes, mode, seed, shuffle, target)
     if sharing == "dra":
         ordered = [dra.with_claim(pod) for pod in ordered]
-    result = asyncio.run(_run(policy, config, nodes, ordered, mode, seed, progress, scheduler, sharing, in_order, pods))
+    result = asyncio.run(
+        _run(policy, config, nodes, ordered, mode, seed, progress, scheduler, sharing, in_order, pods, tie_break)
+    )
     result.wall_seconds = time.perf_counter() - started
     return result
 

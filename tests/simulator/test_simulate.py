@@ -253,6 +253,25 @@ def test_cpu_and_memory_are_checked_too(tmp_path: Path) -> None:
     assert result.failed[KIND_CPU] == 2
 
 
+def test_lowest_name_tie_break_plays_the_fgd_artifacts_select_host(tmp_path: Path) -> None:
+    # policy random: every feasible node ties, so the tie-break alone decides
+    nodes, pods = trace(
+        tmp_path,
+        "n2,8000,16384,2,T4\nn0,8000,16384,2,T4\nn1,8000,16384,2,T4\n",
+        "".join(f"p{i},1000,1024,1,1000,,LS,Running,{i},,{i}\n" for i in range(5)),
+    )
+    for seed in range(3):
+        result = simulate("random", load_config(None), nodes, pods, seed=seed, sharing="none", tie_break="lowest-name")
+        assert list(result.placements.values()) == ["n0", "n0", "n1", "n1", "n2"]
+    spread = {
+        tuple(simulate("random", load_config(None), nodes, pods, seed=seed, sharing="none").placements.values())
+        for seed in range(8)
+    }
+    assert len(spread) > 1  # kube-scheduler's random pick: the seed changes where pods go
+    with pytest.raises(ValueError, match="unknown tie-break 'first'"):
+        simulate("random", load_config(None), nodes, pods, sharing="none", tie_break="first")
+
+
 def test_each_pod_goes_through_the_services_filter_prioritize_and_bind(tmp_path: Path) -> None:
     nodes, pods = trace(tmp_path, "a,8000,16384,2,T4\nb,8000,16384,0,\n", "p,1000,1024,1,1000,,LS,Running,0,,0\n")
     scheduler = _Scheduler(policy_config(load_config(None), "fitplus-sra"), nodes, seed=0)
