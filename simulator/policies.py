@@ -42,27 +42,17 @@ Plugins = list[dict[str, Any]]
 
 def workload(pods: Iterable[SimPod], popularity: float = POPULARITY) -> list[dict[str, int]]:
     """The trace's task types as GpuFragmentation's ``workload`` arg: most frequent first until they
-    cover ``popularity`` of the pods (popularity = pods of the type); then, for every GPU count no
-    chosen type has, that count's most frequent type with the pods of every type of that count as
-    its popularity, so that rare large shapes (8-GPU pods) still count as something a node can lose
-    the room for."""
+    cover ``popularity`` of the pods; popularity = pods of the type."""
     counts = Counter((pod.cpu_milli, pod_milli(pod), pod.gpus) for pod in pods)
     total = sum(counts.values())
-    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
     chosen: list[dict[str, int]] = []
     covered = 0
-    for (cpu, milli, gpus), count in ranked:
+    for (cpu, milli, gpus), count in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
         if covered >= popularity * total:
             break
         chosen.append({"cpu": cpu, "gpuMilli": milli, "gpus": gpus, "popularity": count})
         covered += count
-    shapes: dict[int, dict[str, int]] = {}
-    for (cpu, milli, gpus), count in ranked:
-        if any(task["gpus"] == gpus for task in chosen):
-            continue
-        shape = shapes.setdefault(gpus, {"cpu": cpu, "gpuMilli": milli, "gpus": gpus, "popularity": 0})
-        shape["popularity"] += count
-    return chosen + [shapes[gpus] for gpus in sorted(shapes)]
+    return chosen
 
 
 def _fit_plus(strategy: str, resources: Sequence[str]) -> Plugins:
