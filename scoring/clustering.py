@@ -13,6 +13,8 @@ the node's free milli-devices summed and 8000 the largest node spec (MaxSpecGpu)
 clamped to 0..8000: for nodes of up to 8 devices this is the artifact's score, a larger node scores
 as an idle 8-device one instead of leaving its band (the artifact would go below its band, or below 0).
 A pod asking for no devices scores 0. Whether the pod fits is Filter's question, as in the artifact.
+A pod kube-scheduler retries while it is assumed still counts as its kind on its assumed node (both
+in ``NodeInfo`` and in the batch: only its requests are discounted there).
 """
 
 from __future__ import annotations
