@@ -52,7 +52,8 @@ def parse_resource(raw: object, path: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class DeviceResourceArgs:
-    """Args of the plugins that name only the device resource (BestFit, DotProduct, GpuPacking)."""
+    """Args of the plugins that name only the device resource (BestFit, DotProduct, GpuClustering,
+    GpuPacking)."""
 
     resource: str
 

@@ -21,6 +21,7 @@ __all__ = [
     "MILLI_DEVICES",
     "MIN_EXTENDER_PRIORITY",
     "MIN_NODE_SCORE",
+    "SHARE_KIND",
     "SUCCESS",
     "ArgsError",
     "Code",
@@ -32,6 +33,7 @@ __all__ = [
     "Status",
     "args_field",
     "combine_scores",
+    "device_kind",
     "parse_choice",
     "reject_unknown_fields",
 ]
@@ -46,6 +48,9 @@ MILLI_DEVICES = 1000
 # Per-device views (``NodeInfo.devices_free``) hold at most this many devices of one resource per node
 # (a ResourceSlice holds at most 128); a device plugin advertising more is seen as this many.
 MAX_NODE_DEVICES = 256
+# A pod's kind for the devices of one resource (the FGD artifact's "GPU affinity"): a share of one
+# device (SHARE_KIND), or n >= 1 whole devices (n). ``NodeInfo.pod_kinds`` counts pods per kind.
+SHARE_KIND = 0
 
 E = TypeVar("E", bound=enum.Enum)
 
@@ -134,6 +139,9 @@ class NodeInfo:
     # Per DRA-served extended resource: milli-devices in use of each device, in the allocator's
     # search order (what fragmentation-aware plugins place a pod onto, first fit).
     dra_devices: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    # Per extended resource, the pods counted here that use its devices, by kind (``device_kind``):
+    # kind -> pods (only kinds with pods). Kept by the cache as pods and their claims change.
+    pod_kinds: Mapping[str, Mapping[int, int]] = field(default_factory=dict)
 
     @staticmethod
     def types_of(allocatable: Mapping[str, int], dra_allocatable: Mapping[str, int] | None = None) -> frozenset[str]:
@@ -167,6 +175,15 @@ class NodeInfo:
         total = min(max(self.allocatable.get(name, 0), 0), MAX_NODE_DEVICES)
         used = min(max(self.requested.get(name, 0), 0), total)
         return (0,) * used + (MILLI_DEVICES,) * (total - used)
+
+
+def device_kind(count: int, share: bool) -> int | None:
+    """The kind of a pod that takes ``count`` devices, ``share`` when it takes part of each: None for
+    no device, SHARE_KIND for a share of one device, else ``count`` (several shares count as their
+    devices: the artifact has no such pods)."""
+    if count <= 0:
+        return None
+    return SHARE_KIND if count == 1 and share else count
 
 
 class ArgsError(ScoringError):

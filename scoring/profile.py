@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from scoring import best_fit, dot_product, fitplus, fragmentation, gpu_packing, scarce
+from scoring import best_fit, clustering, dot_product, fitplus, fragmentation, gpu_packing, scarce
 from scoring.framework import (
     SUCCESS,
     ArgsError,
@@ -39,6 +39,7 @@ SCORE_PLUGINS: Mapping[str, Callable[[Any, str], ScorePlugin]] = {
     gpu_packing.NAME: lambda raw, path: gpu_packing.GpuPacking(gpu_packing.GpuPackingArgs.parse(raw, path)),
     best_fit.NAME: lambda raw, path: best_fit.BestFit(best_fit.BestFitArgs.parse(raw, path)),
     dot_product.NAME: lambda raw, path: dot_product.DotProduct(dot_product.DotProductArgs.parse(raw, path)),
+    clustering.NAME: lambda raw, path: clustering.GpuClustering(clustering.GpuClusteringArgs.parse(raw, path)),
 }
 
 

@@ -124,6 +124,15 @@ class Batch:
             free[served] = padded
         return free.astype(np.int64, copy=False)
 
+    def pod_kinds(self, resource: str) -> dict[int, Int64Array]:
+        """``NodeInfo.pod_kinds[resource]`` per node: kind -> pods of that kind on each node."""
+        out: dict[int, Int64Array] = {}
+        for kind, column in self.table.pod_kinds.get(resource, {}).items():
+            values = column[self.rows]
+            values[~self.known] = 0
+            out[kind] = values
+        return out
+
     def type_masks(self) -> UInt64Array | None:
         """Per node, a bit per resource type with allocatable > 0; None if there are too many types."""
         if self.table.type_overflow:
@@ -219,6 +228,8 @@ class NodeTable:
         # Per DRA-served resource, rows x devices: milli-devices in use per device (NodeInfo.dra_devices),
         # -1 past the node's last device; widened when a node has more devices.
         self.dra_devices: dict[str, Int64Array] = {}
+        # Per extended resource and pod kind, the pods of that kind per node (NodeInfo.pod_kinds).
+        self.pod_kinds: dict[str, dict[int, Int64Array]] = {}
         self.types: UInt64Array = np.zeros(capacity, dtype=np.uint64)
         self.type_bits: dict[str, int] = {}
         self.type_overflow = False
@@ -246,6 +257,11 @@ class NodeTable:
                 grown = np.zeros(self._capacity, dtype=np.int64)
                 grown[: len(column)] = column
                 columns[name] = grown
+        for kinds in self.pod_kinds.values():
+            for kind, column in kinds.items():
+                grown = np.zeros(self._capacity, dtype=np.int64)
+                grown[: len(column)] = column
+                kinds[kind] = grown
         for name, devices in self.dra_devices.items():
             grown_devices = np.full((self._capacity, devices.shape[1]), -1, dtype=np.int64)
             grown_devices[: len(devices)] = devices
@@ -299,6 +315,18 @@ class NodeTable:
             found[row] = -1
             found[row, : len(used)] = used
 
+    def _set_kinds(self, row: int, pod_kinds: Mapping[str, Mapping[int, int]]) -> None:
+        for resource, kinds in self.pod_kinds.items():
+            counts = pod_kinds.get(resource, {})
+            for kind, column in kinds.items():
+                column[row] = counts.get(kind, 0)
+        for resource, counts in pod_kinds.items():
+            kinds = self.pod_kinds.setdefault(resource, {})
+            for kind, count in counts.items():
+                if kind not in kinds:
+                    kinds[kind] = column = self._column()
+                    column[row] = count
+
     def type_bit(self, resource: str) -> int | None:
         bit = self.type_bits.get(resource)
         if bit is None:
@@ -327,6 +355,8 @@ class NodeTable:
             self._set(self.dra_allocatable, row, node.dra_allocatable)
             self._set(self.dra_requested, row, node.dra_requested)
             self._set_devices(row, node.dra_devices)
+        if node.pod_kinds or self.pod_kinds:
+            self._set_kinds(row, node.pod_kinds)
         mask = 0
         for resource in node.allocatable_types:
             bit = self.type_bit(resource)

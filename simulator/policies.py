@@ -6,8 +6,8 @@ so every baseline runs through the same filter → prioritize → bind code as t
 * ``most-allocated``: MostAllocated on cpu, memory and ``nvidia.com/gpu``;
 * ``random``: no score plugin: every feasible node ties and kube-scheduler's random tie-break picks;
 * the FGD paper's baselines (Weng et al., USENIX ATC'23), from its artifact's definitions:
-  ``dot-product`` (DotProduct), ``gpu-packing`` (GpuPacking), ``best-fit`` (BestFit) and ``fgd``
-  (GpuFragmentation with the paper's sigmoid);
+  ``dot-product`` (DotProduct), ``gpu-packing`` (GpuPacking), ``best-fit`` (BestFit),
+  ``clustering`` (GpuClustering) and ``fgd`` (GpuFragmentation with the paper's sigmoid);
 * ``fgd-best-fit``: ours (README, Simulate): GpuFragmentation at an even resolution (15 expected
   milli-GPUs per point, weight 19) with BestFit (weight 1) breaking its near-ties;
 * ``shipped``: the plugins of ``deploy/extender-config.yaml`` as they are (ours with the openb
@@ -89,6 +89,7 @@ _PLUGINS: Mapping[str, Callable[[Sequence[SimPod]], Plugins]] = {
     "dot-product": lambda _: [{"name": "DotProduct"}],
     "gpu-packing": lambda _: [{"name": "GpuPacking"}],
     "best-fit": lambda _: [{"name": "BestFit"}],
+    "clustering": lambda _: [{"name": "GpuClustering"}],
     "fgd": _fgd,
     "fgd-best-fit": _fgd_best_fit,
     "shipped": _shipped,

@@ -3,7 +3,8 @@
 Every pod contributes to exactly one node's usage at a time, or to none: a bound, non-terminal pod
 counts on its node; a pod we have bound but the watch has not confirmed yet counts through its
 assumption. ``_counted`` records what each pod currently adds, so an update first takes out the
-old contribution and a deletion takes it out once, whatever order events arrive in.
+old contribution and a deletion takes it out once, whatever order events arrive in. The kinds of
+device use a pod adds (``NodeInfo.pod_kinds``) also read its claims: ``app.cluster.pod_kinds``.
 
 All methods are synchronous and run on the event loop thread: a filter or bind handler sees and
 changes the cache atomically between two awaits, which is what makes concurrent binds safe.
@@ -19,6 +20,7 @@ from typing import Any
 from app.cluster.cache_events import CacheEvent, Counted, NodeChanged, PodChanged, PodCounted, Subscriber
 from app.cluster.changes import ChangeSignal
 from app.cluster.dra import DraState
+from app.cluster.pod_kinds import Kinds, PodKinds, kinds_of
 from app.cluster.relist import apply_relist
 from scoring.framework import NodeInfo, PodInfo, Status
 from scoring.table import NodeTable
@@ -36,6 +38,18 @@ class NodeUsage:
     pod_count: int = 0
     assumed_count: int = 0
     uids: set[str] = field(default_factory=set)  # the pods counted here (preemption looks at one node's pods)
+    kinds: dict[str, dict[int, int]] = field(default_factory=dict)  # resource -> pod kind -> pods
+
+    def add_kinds(self, kinds: Kinds, sign: int) -> None:
+        for resource, kind in kinds:
+            counts = self.kinds.setdefault(resource, {})
+            total = counts.get(kind, 0) + sign
+            if total:
+                counts[kind] = total
+            else:
+                counts.pop(kind, None)
+                if not counts:
+                    del self.kinds[resource]
 
     def add(self, pod: PodInfo, sign: int) -> None:
         if sign > 0:
@@ -90,6 +104,8 @@ class ClusterCache:
         self.table = NodeTable()  # the same snapshots as columns, for batch filtering and scoring
         self.dra = DraState(clock=clock, inflight_ttl=assume_ttl)  # DRA objects and devices in use
         self.dra.listener = self._extended_changed  # DRA devices counted as extended resources
+        self.dra.claims_listener = self._claims_changed  # what pod kinds read of claims
+        self._kinds = PodKinds()
         # Told of every change as a typed event (app/cluster/cache_events.py): queue usage, KAI's pending
         # requests, the pods bound without the extender's /bind.
         self._subscribers: list[Subscriber] = []
@@ -229,27 +245,50 @@ class ClusterCache:
             return Counted(assumption.node, assumption.pod, True)
         return None
 
+    def _kinds_of(self, counted: Counted | None) -> Kinds:
+        if counted is None:
+            return ()
+        return kinds_of(counted.pod, self.dra.claims, self.dra.extended.classes)
+
     def _recount(self, uid: str) -> None:
         current = self._counted.get(uid)
         desired = self._desired(uid)
+        kinds = self._kinds_of(desired)
+        applied = self._kinds.applied(uid)
         if current == desired:
+            if current is not None and kinds != applied:  # its claims or the classes changed
+                usage = self._usage[current.node]
+                usage.add_kinds(applied, -1)
+                usage.add_kinds(kinds, +1)
+                self._kinds.set(uid, current.pod, kinds)
+                self._refresh(current.node)
+                self._changed()
             return
         if current is not None:
             node, pod, assumed = current
             usage = self._usage[node]
             usage.add(pod, -1)
+            usage.add_kinds(applied, -1)
             usage.assumed_count -= assumed
             del self._counted[uid]
             self._refresh(node)
+        self._kinds.set(uid, None if desired is None else desired.pod, kinds)
         if desired is not None:
             node, pod, assumed = desired
             usage = self._usage.setdefault(node, NodeUsage())
             usage.add(pod, +1)
+            usage.add_kinds(kinds, +1)
             usage.assumed_count += assumed
             self._counted[uid] = desired
             self._refresh(node)
         self._changed()
         self._publish(PodCounted(uid, desired))
+
+    def _claims_changed(self, keys: Iterable[str] | None) -> None:
+        """Claims changed (None: which class serves which resource did): the kinds of the pods that
+        name them, again."""
+        for uid in self._kinds.readers(keys):
+            self._recount(uid)
 
     def _changed(self) -> None:
         self.changes.notify()
@@ -288,6 +327,7 @@ class ClusterCache:
             dra_allocatable=dra_allocatable,
             dra_requested=dra_requested,
             dra_devices=dra_devices,
+            pod_kinds={resource: dict(counts) for resource, counts in usage.kinds.items()},
         )
 
     def _extended_changed(self, names: list[str]) -> None:
@@ -318,12 +358,17 @@ class ClusterCache:
         """Recompute every node's usage from scratch and compare (tests and /debug?verify use it)."""
         self.dra.check_invariants()
         expected: dict[str, NodeUsage] = {}
+        counted: dict[str, PodInfo] = {}
+        kinds: dict[str, Kinds] = {}
         for uid in set(self.pods) | set(self.ledger):
             desired = self._desired(uid)
             if desired is not None:
                 usage = expected.setdefault(desired[0], NodeUsage())
                 usage.add(desired[1], +1)
+                counted[uid], kinds[uid] = desired.pod, self._kinds_of(desired)
+                usage.add_kinds(kinds[uid], +1)
                 usage.assumed_count += desired[2]
+        self._kinds.check(counted, kinds)
         for name in set(expected) | set(self._usage):
             have = self._usage.get(name) or NodeUsage()
             want = expected.get(name) or NodeUsage()
@@ -334,6 +379,7 @@ class ClusterCache:
                 have.pod_count,
                 have.assumed_count,
                 have.uids,
+                have.kinds,
             ) != (
                 want.requested,
                 want.non_zero_cpu,
@@ -341,5 +387,6 @@ class ClusterCache:
                 want.pod_count,
                 want.assumed_count,
                 want.uids,
+                want.kinds,
             ):
                 raise AssertionError(f"usage of node {name} drifted: have {have}, want {want}")

@@ -140,6 +140,8 @@ class DraState:
     claim_changes: ChangeSignal = field(default_factory=ChangeSignal)  # bumped on every claim change
     extended: ExtendedResources = field(default_factory=ExtendedResources)
     listener: Callable[[list[str]], None] | None = None  # told of nodes whose extended amounts changed
+    # Told of claims whose spec may have changed, or None: which class serves which resource did (pod kinds)
+    claims_listener: Callable[[Iterable[str] | None], None] | None = None
     fast: FastDevices = field(default_factory=FastDevices)  # free capacity per class, for simple claims
     _special_by_owner: dict[str, set[str]] = field(default_factory=dict)  # pod uid -> its special claims
     _class_mapping: Mapping[str, str] | None = None
@@ -220,6 +222,8 @@ class DraState:
         self.fast.invalidate()
         if self.extended.set_classes(self.classes.values()):
             self._recount(None)
+            if self.claims_listener is not None:
+                self.claims_listener(None)
 
     def _slices_changed(self) -> None:
         changed = self.slices.changed_nodes()  # drained on every change, counted only when it matters
@@ -284,6 +288,8 @@ class DraState:
             _add_shares(self._claim_shares, claim.key, allocated_shares(claim.allocation))
         if (old is not None and old.allocation is not None) or claim.allocation is not None:
             self._devices_changed([*_devices_of(old), *_devices_of(claim)])
+        if self.claims_listener is not None and (old is None or old.devices != claim.devices):
+            self.claims_listener((claim.key,))
         self.claim_changes.notify()
         return True
 
@@ -293,6 +299,8 @@ class DraState:
         self._index_special(old, None)
         if old is not None and old.allocation is not None:
             self._devices_changed(_devices_of(old))
+        if self.claims_listener is not None and old is not None:
+            self.claims_listener((key,))
         self.claim_changes.notify()
 
     def replace_claims(self, claims: Iterable[ResourceClaim]) -> None:

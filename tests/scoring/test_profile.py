@@ -101,6 +101,7 @@ def test_registry() -> None:
         "GpuPacking",
         "BestFit",
         "DotProduct",
+        "GpuClustering",
     }
 
 

@@ -191,6 +191,22 @@ def test_one_gpu_pod_packs_under_most_allocated(tmp_path: Path, seed: int) -> No
     assert result.placements["p1"] == result.placements["p2"]
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_clustering_keeps_shares_and_whole_gpus_on_separate_nodes(tmp_path: Path, seed: int) -> None:
+    # Three 2-GPU nodes, GPUs as DRA devices. s1 ties everywhere (idle: 25 + 25·6000 // 8000 = 43);
+    # s2 finds s1's node at 75 + 21 (only shares there), the others at 43; w1 (1 GPU) finds the shares'
+    # node at 0 + 21 (only another kind) and goes to an idle one, where w2 follows (75 + 21).
+    nodes, pods = trace(
+        tmp_path,
+        "a,16000,65536,2,T4\nb,16000,65536,2,T4\nc,16000,65536,2,T4\n",
+        "s1,1000,1024,1,500,,LS,Running,0,,0\ns2,1000,1024,1,300,,LS,Running,1,,1\n"
+        "w1,1000,1024,1,1000,,LS,Running,2,,2\nw2,1000,1024,1,1000,,LS,Running,3,,3\n",
+    )
+    result = simulate("clustering", load_config(None), nodes, pods, seed=seed)
+    placed = result.placements
+    assert placed["s1"] == placed["s2"] and placed["w1"] == placed["w2"] and placed["s1"] != placed["w1"]
+
+
 def test_least_allocated_spreads_and_strands_gpus_that_most_allocated_keeps(tmp_path: Path) -> None:
     # Two 2-GPU nodes (8000m/16Gi), two 1-GPU pods, then a 2-GPU pod. LeastAllocated (cpu, memory)
     # puts the second pod on the empty node: (87 + 93) // 2 = 90 -> 9 against (75 + 87) // 2 = 81 -> 8;
