@@ -240,7 +240,8 @@ class ClusterCache:
             usage.add(pod, -1)
             usage.assumed_count -= assumed
             del self._counted[uid]
-            self._refresh(node)
+            if desired is None or desired[0] != node:  # the same node: one refresh below
+                self._refresh(node)
         if desired is not None:
             node, pod, assumed = desired
             usage = self._usage.setdefault(node, NodeUsage())
