@@ -4,6 +4,7 @@ capacity requests kept), and what no node can fix raises ``AllocationError``."""
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -14,6 +15,7 @@ from allocator.types import (
     ALLOCATION_MODE_ALL,
     ALLOCATION_MODE_EXACT_COUNT,
     ALLOCATION_RESULTS_MAX_SIZE,
+    DeviceClaim,
     DeviceClass,
     DeviceConstraint,
     DeviceSelector,
@@ -120,10 +122,38 @@ def _expressions(selectors: tuple[DeviceSelector, ...], where: str, cache: Selec
     return out
 
 
-def claim_requests(
-    claim: ResourceClaim, classes: Mapping[str, DeviceClass], cache: SelectorCache
-) -> tuple[tuple[Alternative, ...], ...]:
+Requests = tuple[tuple[Alternative, ...], ...]
+
+# A claim's set-up is asked for by the filter, the scorer and the bind of one pod: kept per claim
+# spec (the same frozen object), valid while every class it names is the same object.
+_MEMO_SIZE = 64
+_memo: OrderedDict[int, tuple[DeviceClaim, tuple[tuple[str, DeviceClass | None], ...], Requests]] = OrderedDict()
+
+
+def _class_names(claim: ResourceClaim) -> list[str]:
+    names = []
+    for request in claim.requests:
+        if request.exactly is not None:
+            names.append(request.exactly.device_class_name)
+        names.extend(s.device_class_name for s in request.first_available)
+    return names
+
+
+def claim_requests(claim: ResourceClaim, classes: Mapping[str, DeviceClass], cache: SelectorCache) -> Requests:
     """Per request its alternatives; raises ``AllocationError`` for what no node can fix."""
+    spec = claim.devices
+    found = _memo.get(id(spec))
+    if found is not None and found[0] is spec and all(classes.get(n) is c for n, c in found[1]):
+        return found[2]
+    requests = _claim_requests(claim, classes, cache)
+    _memo[id(spec)] = (spec, tuple((n, classes.get(n)) for n in _class_names(claim)), requests)
+    _memo.move_to_end(id(spec))
+    while len(_memo) > _MEMO_SIZE:
+        _memo.popitem(last=False)
+    return requests
+
+
+def _claim_requests(claim: ResourceClaim, classes: Mapping[str, DeviceClass], cache: SelectorCache) -> Requests:
     requests = tuple(_alternatives(claim, i, classes, cache) for i in range(len(claim.requests)))
     minimum = sum(min((a.count if not a.all_devices else 1) for a in alts) for alts in requests)
     if minimum > ALLOCATION_RESULTS_MAX_SIZE:

@@ -35,7 +35,15 @@ from typing import Any
 
 import numpy as np
 
-from scoring.devices import cpu_free, cpu_free_batch, first_fit, first_fit_batch, parse_resource, pod_devices
+from scoring.devices import (
+    PodDevices,
+    cpu_free,
+    cpu_free_batch,
+    first_fit,
+    first_fit_batch,
+    parse_resource,
+    pod_devices,
+)
 from scoring.framework import (
     MAX_NODE_SCORE,
     MILLI_DEVICES,
@@ -46,6 +54,7 @@ from scoring.framework import (
     parse_choice,
     reject_unknown_fields,
 )
+from scoring.row_memo import RowMemo
 from scoring.table import Batch, Int64Array
 
 __all__ = ["NAME", "GpuFragmentation", "GpuFragmentationArgs", "ScoreMapping", "TaskType", "fragmentation"]
@@ -140,6 +149,7 @@ class GpuFragmentation:
         scale = MILLI_DEVICES * self.weight
         self._thresholds = [scale * math.log(k / (MAX_NODE_SCORE - k)) for k in range(1, MAX_NODE_SCORE)]
         self._threshold_array = np.array(self._thresholds, dtype=np.float64)
+        self._memo = RowMemo()  # a node's score depends on its row and the pod's demand alone
 
     # ------------------------------------------------------------------ scalar (the definition)
     def score(self, pod: PodInfo, node: NodeInfo) -> int:
@@ -179,6 +189,9 @@ class GpuFragmentation:
 
     def score_batch(self, pod: PodInfo, batch: Batch) -> Int64Array | None:
         demand = pod_devices(pod, self.args.resource)
+        return self._memo.get(demand, batch, lambda rows: self._score_batch(demand, rows))
+
+    def _score_batch(self, demand: PodDevices, batch: Batch) -> Int64Array:
         free = batch.devices_free(self.args.resource)
         fits, after = first_fit_batch(free, demand.count, demand.milli)
         left = cpu_free_batch(batch)

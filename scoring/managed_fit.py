@@ -15,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from scoring.framework import SUCCESS, Code, NodeInfo, PodInfo, Status
+from scoring.row_memo import RowMemo
 from scoring.table import Batch, BatchVerdicts
 
 __all__ = ["NAME", "ManagedResourcesFit", "insufficient_reason"]
@@ -32,6 +33,10 @@ class ManagedResourcesFit:
 
     def __init__(self, resources: Iterable[str]) -> None:
         self.resources = tuple(dict.fromkeys(resources))
+        never = [Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, insufficient_reason(r)) for r in self.resources]
+        not_now = [Status(Code.UNSCHEDULABLE, insufficient_reason(r)) for r in self.resources]
+        self._reasons = (*never, *not_now)
+        self._memo = RowMemo()  # a node's verdict depends on its row and the pod's requests alone
 
     def filter(self, pod: PodInfo, node: NodeInfo) -> Status:
         return self.fits(pod, node.allocatable, node.requested, node.dra_allocatable)
@@ -64,11 +69,19 @@ class ManagedResourcesFit:
     def filter_batch(self, pod: PodInfo, batch: Batch) -> BatchVerdicts:
         """Verdicts for every node of ``batch``, with the precedence of ``fits``: the first resource
         that can never fit decides, else the first that does not fit now."""
+        wants = tuple(pod.resources.requests.get(resource, 0) for resource in self.resources)
+        reason_index = self._memo.get(wants, batch, lambda rows: self._reason_index(wants, rows))
+        # Reasons 0..n-1 are "never fits" per resource, n..2n-1 "does not fit now".
+        count = len(self.resources)
+        codes = np.where(reason_index < 0, 0, np.where(reason_index < count, 2, 1)).astype(np.int8)
+        return BatchVerdicts(codes, reason_index, list(self._reasons))
+
+    def _reason_index(self, wants: tuple[int, ...], batch: Batch) -> npt.NDArray[np.int64]:
+        """Per node, the index in ``_reasons`` of why the pod does not fit, -1 where it fits."""
         size = len(batch)
         unresolvable: npt.NDArray[np.int64] = np.full(size, -1, dtype=np.int64)
         unschedulable: npt.NDArray[np.int64] = np.full(size, -1, dtype=np.int64)
-        for index, resource in enumerate(self.resources):
-            want = pod.resources.requests.get(resource, 0)
+        for index, (resource, want) in enumerate(zip(self.resources, wants, strict=True)):
             if want <= 0:
                 continue
             capacity = batch.allocatable(resource)
@@ -78,12 +91,8 @@ class ManagedResourcesFit:
                 checked = (capacity > 0) | (dra <= 0)
             unresolvable[(want > capacity) & (unresolvable < 0) & checked] = index
             unschedulable[(batch.requested(resource) + want > capacity) & (unschedulable < 0) & checked] = index
-        # Reasons 0..n-1 are "never fits" per resource, n..2n-1 "does not fit now".
         count = len(self.resources)
-        never = [Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, insufficient_reason(r)) for r in self.resources]
-        not_now = [Status(Code.UNSCHEDULABLE, insufficient_reason(r)) for r in self.resources]
-        codes = np.where(unresolvable >= 0, 2, np.where(unschedulable >= 0, 1, 0)).astype(np.int8)
-        reason_index = np.where(
+        reason_index: npt.NDArray[np.int64] = np.where(
             unresolvable >= 0, unresolvable, np.where(unschedulable >= 0, unschedulable + count, -1)
         )
-        return BatchVerdicts(codes, reason_index, never + not_now)
+        return reason_index

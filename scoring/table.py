@@ -231,6 +231,10 @@ class NodeTable:
         # Per extended resource and pod kind, the pods of that kind per node (NodeInfo.pod_kinds).
         self.pod_kinds: dict[str, dict[int, Int64Array]] = {}
         self.types: UInt64Array = np.zeros(capacity, dtype=np.uint64)
+        # Per row, the stamp of its last write (0: never written): a row whose stamp is unchanged
+        # holds the same values, so per-row results can be memoised (``scoring.row_memo``).
+        self.stamps: Int64Array = self._column()
+        self._stamp = 0
         self.type_bits: dict[str, int] = {}
         self.type_overflow = False
         self.exact = True
@@ -269,6 +273,9 @@ class NodeTable:
         types = np.zeros(self._capacity, dtype=np.uint64)
         types[: len(self.types)] = self.types
         self.types = types
+        stamps = np.zeros(self._capacity, dtype=np.int64)
+        stamps[: len(self.stamps)] = self.stamps
+        self.stamps = stamps
 
     def _row(self, name: str) -> int:
         row = self.index.get(name)
@@ -347,6 +354,8 @@ class NodeTable:
 
     def upsert(self, node: NodeInfo) -> None:
         row = self._row(node.name)
+        self._stamp += 1
+        self.stamps[row] = self._stamp
         self._set(self.allocatable, row, node.allocatable)
         self._set(self.requested, row, node.requested)
         self.non_zero[CPU][row] = node.non_zero_cpu

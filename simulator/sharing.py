@@ -124,6 +124,17 @@ def pod_claim(pod: SimPod) -> ResourceClaim | None:
     """The pod's ResourceClaim (None for a CPU-only pod)."""
     if not pod.gpus:
         return None
+    shape = (pod.namespace, pod.gpus, pod.gpu_milli if pod.shares_gpu else None)
+    parsed = _claims.get(shape)
+    if parsed is None:  # claims of one shape differ only in name and uid: parsed once
+        parsed = _claims[shape] = _parse_claim(pod)
+    return replace(parsed, name=claim_name(pod), uid=f"{pod.uid}-gpu")
+
+
+_claims: dict[tuple[str, int, int | None], ResourceClaim] = {}
+
+
+def _parse_claim(pod: SimPod) -> ResourceClaim:
     exactly: dict[str, Any] = {"deviceClassName": DEVICE_CLASS, "allocationMode": "ExactCount", "count": pod.gpus}
     if pod.shares_gpu:
         exactly["capacity"] = {"requests": {MILLI: str(pod.gpu_milli)}}

@@ -271,7 +271,8 @@ class ClusterCache:
             usage.add_kinds(applied, -1)
             usage.assumed_count -= assumed
             del self._counted[uid]
-            self._refresh(node)
+            if desired is None or desired[0] != node:  # the same node: one refresh below
+                self._refresh(node)
         self._kinds.set(uid, None if desired is None else desired.pod, kinds)
         if desired is not None:
             node, pod, assumed = desired

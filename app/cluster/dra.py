@@ -506,6 +506,8 @@ class SharedView:
         return any(True for _ in self._claimed(device)) or any(True for _ in self._inflight_others(device))
 
     def __bool__(self) -> bool:
+        if self.claimed and not self.own_claims:  # a device is kept only while some share holds it
+            return True
         return any(holder not in self.own_claims for held in self.claimed.values() for holder, _ in held) or any(
             holder != self.pod_uid for held in self.inflight.values() for holder, _ in held
         )

@@ -65,6 +65,14 @@ class DeviceTable:
     _signatures: list[int] = field(default_factory=list)  # per device: index into _capacities
     _capacities: list[Device] = field(default_factory=list)  # one device per distinct capacity map
     _needs: dict[tuple[object, ...], tuple[npt.NDArray[np.bool_], IntArray]] = field(default_factory=dict)
+    # ``counts`` per capacity key, kept up to date row by row: per device whether it qualifies, the
+    # per-node counts, and the stamp of each device's use they were computed at (``update`` bumps it).
+    _counted: dict[tuple[object, ...], tuple[npt.NDArray[np.bool_], IntArray, IntArray]] = field(default_factory=dict)
+    _stamps: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    _stamp: int = 0
+
+    def __post_init__(self) -> None:
+        self._stamps = np.zeros(len(self.held_whole), dtype=np.int64)
 
     def need(self, alt: Alternative) -> tuple[npt.NDArray[np.bool_], IntArray]:
         """Per device whether it can serve ``alt``'s capacity requests at all, and what one
@@ -91,18 +99,39 @@ class DeviceTable:
         return found
 
     def counts(self, alt: Alternative) -> IntArray:
-        """Per node, how many devices could each take one allocation for ``alt``."""
+        """Per node, how many devices could each take one allocation for ``alt`` (only the devices
+        whose use changed since the last call for the same capacity requests are judged again)."""
         serves, need = self.need(alt)
-        fits = (np.where(self.has, need + self.used, 0) <= self.value).all(axis=1)
-        ok = serves & ~self.held_whole & fits
-        counts: IntArray = np.bincount(self.node_of[ok], minlength=len(self.simple)).astype(np.int64)
-        return counts
+        kept = self._counted.get(alt.capacity_key)
+        if kept is None:
+            ok = self._qualifies(serves, need, slice(None))
+            counts: IntArray = np.bincount(self.node_of[ok], minlength=len(self.simple)).astype(np.int64)
+            self._counted[alt.capacity_key] = (ok, counts, self._stamps.copy())
+            return counts.copy()
+        ok, counts, seen = kept
+        changed = np.flatnonzero(seen != self._stamps)
+        if changed.size:
+            now = self._qualifies(serves, need, changed)
+            np.add.at(counts, self.node_of[changed], now.astype(np.int64) - ok[changed])
+            ok[changed] = now
+            seen[changed] = self._stamps[changed]
+        return counts.copy()
+
+    def _qualifies(
+        self, serves: npt.NDArray[np.bool_], need: IntArray, rows: slice | npt.NDArray[np.intp]
+    ) -> npt.NDArray[np.bool_]:
+        """Whether each device at ``rows`` can take one more allocation of ``need``."""
+        fits = (np.where(self.has[rows], need[rows] + self.used[rows], 0) <= self.value[rows]).all(axis=1)
+        qualifies: npt.NDArray[np.bool_] = serves[rows] & ~self.held_whole[rows] & fits
+        return qualifies
 
     def update(self, device: DeviceID, held: Held) -> None:
         row = self.rows.get(device)
         if row is None:
             return
         whole, _, consumed = held
+        self._stamp += 1
+        self._stamps[row] = self._stamp
         self.held_whole[row] = whole
         used = self.used[row]
         used[:] = 0

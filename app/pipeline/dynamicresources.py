@@ -219,15 +219,16 @@ class DynamicResources:
     def filter_nodes(self, pod: PodInfo, claims: PodClaims, nodes: Sequence[str]) -> dict[str, Status]:
         """Failures among ``nodes``; records the pod's proposals for the nodes that pass. (Nodes the
         fast path passed have none: /bind allocates on the chosen one, once.)"""
-        allocator = self.allocator(pod.uid)
         failures: dict[str, Status] = {}
         proposals: dict[str, tuple[AllocationResult, ...]] = {}
-        for node in nodes:
-            status, results = self.filter(allocator, claims, node)
-            if not status.passed:
-                failures[node] = status
-            elif results:
-                proposals[node] = results
+        if nodes:  # none left when the fast path decided every node
+            allocator = self.allocator(pod.uid)
+            for node in nodes:
+                status, results = self.filter(allocator, claims, node)
+                if not status.passed:
+                    failures[node] = status
+                elif results:
+                    proposals[node] = results
         if claims.unallocated and claims.extended is None:  # the special claim differs per node: no proposals
             self.state.propose(pod.uid, claims.unallocated_keys, proposals)
         return failures

@@ -164,3 +164,7 @@ def test_allocations_update_the_table_in_place() -> None:
     assert next(iter(state.fast.tables.values())) is table  # updated, not rebuilt
     fast = dra.fast_filter(pod, claims, ["n0"])
     assert fast is not None and not fast.passes[0]  # 2 + 3 > 4
+    for key in [k for k in state.claims if k.endswith("/other")]:
+        state.delete_claim(key)
+    fast = dra.fast_filter(pod, claims, ["n0"])
+    assert fast is not None and bool(fast.passes[0])  # the share given back: the kept counts follow

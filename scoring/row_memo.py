@@ -1,0 +1,85 @@
+"""RowMemo: per-node results of a batch function, kept while the node's table row is unchanged.
+
+Between two requests only the nodes a bind (or a watch event) touched change, and pods come in a
+few shapes. A plugin whose batch result for a node depends only on that node's row and on a key
+derived from the pod (its demand) computes the rows written since it last saw that key, and reads
+the others back. A row's stamp (``NodeTable.stamps``) changes on every write, so a stale value is
+never read; nodes the table does not know and the position of a discounted pod are never kept.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+
+import numpy as np
+
+from scoring.table import Batch, Int64Array, NodeTable
+
+__all__ = ["RowMemo"]
+
+_SLOTS = 256  # keys kept (least recently used dropped first)
+# Written rows have stamps >= 1. An entry's rows start at _EMPTY; a batch position that must not be
+# kept (unknown name, discounted pod) reads as _NONE, which no entry ever holds: always computed.
+_EMPTY, _NONE = 0, -1
+
+
+class RowMemo:
+    """``compute(batch) -> int64 per node`` memoised per (key, table row)."""
+
+    def __init__(self, slots: int = _SLOTS) -> None:
+        self._slots = slots
+        self._table: NodeTable | None = None
+        self._entries: OrderedDict[Hashable, tuple[Int64Array, Int64Array]] = OrderedDict()
+
+    def get(self, key: Hashable, batch: Batch, compute: Callable[[Batch], Int64Array]) -> Int64Array:
+        table = batch.table
+        if table is not self._table:
+            self._table, self._entries = table, OrderedDict()
+        capacity = len(table.stamps)
+        entry = self._entries.get(key)
+        if entry is None or len(entry[0]) != capacity:
+            entry = self._entry(entry, capacity)
+        self._entries[key] = entry
+        self._entries.move_to_end(key)
+        while len(self._entries) > self._slots:
+            self._entries.popitem(last=False)
+        kept, values = entry
+        rows = batch.rows
+        stamps = table.stamps[rows]
+        stamps[~batch.known] = _NONE
+        if batch.discount_position >= 0:
+            stamps[batch.discount_position] = _NONE
+        miss = kept[rows] != stamps
+        result = values[rows]
+        if not miss.any():
+            return result
+        positions = np.flatnonzero(miss)
+        computed = compute(_positions(batch, positions))
+        result[positions] = computed
+        keep = stamps[positions] != _NONE
+        kept_rows = rows[positions[keep]]
+        kept[kept_rows] = stamps[positions[keep]]
+        values[kept_rows] = computed[keep]
+        return result
+
+    @staticmethod
+    def _entry(old: tuple[Int64Array, Int64Array] | None, capacity: int) -> tuple[Int64Array, Int64Array]:
+        """A new entry, or ``old`` widened to the table's grown capacity."""
+        kept = np.full(capacity, _EMPTY, dtype=np.int64)
+        values = np.zeros(capacity, dtype=np.int64)
+        if old is not None:
+            kept[: len(old[0])] = old[0]
+            values[: len(old[1])] = old[1]
+        return kept, values
+
+
+def _positions(batch: Batch, positions: Int64Array) -> Batch:
+    """The batch's nodes at ``positions`` (ascending), as ``Batch.subset`` without a mask."""
+    names = list(map(batch.names.__getitem__, positions.tolist()))
+    discount_at = -1
+    if batch.discount_position >= 0:
+        found = np.flatnonzero(positions == batch.discount_position)
+        discount_at = int(found[0]) if found.size else -1
+    discount = batch.discount if discount_at >= 0 else None
+    return Batch(names, batch.rows[positions], batch.known[positions], batch.table, discount_at, discount)

@@ -1,0 +1,117 @@
+"""RowMemo: per-row results are read back only while the row is unchanged (never stale)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scoring.framework import NodeInfo, PodInfo
+from scoring.managed_fit import ManagedResourcesFit
+from scoring.resources import PodResources
+from scoring.row_memo import RowMemo
+from scoring.table import Batch, Int64Array, NodeTable
+from tests.scoring.test_gpu_sharing_plugins import fgd, gpu_nodes, gpu_pods
+
+
+def cpu_node(name: str, cpu: int, used: int = 0) -> NodeInfo:
+    allocatable = {"cpu": cpu}
+    return NodeInfo(name=name, allocatable=allocatable, requested={"cpu": used}, non_zero_cpu=used)
+
+
+class Counting:
+    """cpu left per node, counting the rows it was asked about."""
+
+    def __init__(self) -> None:
+        self.rows = 0
+
+    def __call__(self, batch: Batch) -> Int64Array:
+        self.rows += len(batch)
+        return batch.allocatable("cpu") - batch.requested("cpu")
+
+
+def table_of(*nodes: NodeInfo) -> NodeTable:
+    table = NodeTable(capacity=2)
+    for node in nodes:
+        table.upsert(node)
+    return table
+
+
+def test_unchanged_rows_are_read_back_and_written_rows_computed_again() -> None:
+    table = table_of(cpu_node("a", 8000), cpu_node("b", 4000), cpu_node("c", 2000))
+    memo, compute = RowMemo(), Counting()
+    batch = table.batch(["a", "b", "c"])
+    assert batch is not None
+    assert memo.get("k", batch, compute).tolist() == [8000, 4000, 2000]
+    assert compute.rows == 3
+    assert memo.get("k", batch, compute).tolist() == [8000, 4000, 2000]
+    assert compute.rows == 3  # all read back
+    table.upsert(cpu_node("b", 4000, used=1000))
+    batch = table.batch(["c", "b", "a"])
+    assert batch is not None
+    assert memo.get("k", batch, compute).tolist() == [2000, 3000, 8000]
+    assert compute.rows == 4  # only b again
+    assert memo.get("other", batch, compute).tolist() == [2000, 3000, 8000]
+    assert compute.rows == 7  # another key: its own values
+
+
+def test_unknown_names_discounted_positions_and_other_tables_are_never_kept() -> None:
+    table = table_of(cpu_node("a", 8000), cpu_node("b", 4000))
+    memo, compute = RowMemo(), Counting()
+    batch = table.batch(["a", "zzz", "b"])
+    assert batch is not None
+    assert memo.get("k", batch, compute).tolist() == [8000, 0, 4000]
+    assert memo.get("k", batch, compute).tolist() == [8000, 0, 4000]
+    assert compute.rows == 4  # the unknown node each time
+    discounted = table.batch(["a", "b"], discount=("b", PodResources({"cpu": 1000}, 1000, 0)))
+    assert discounted is not None
+    assert memo.get("k", discounted, compute).tolist() == [8000, 5000]
+    assert memo.get("fresh", discounted, compute).tolist() == [8000, 5000]
+    assert memo.get("k", table.batch(["a", "b"]), compute).tolist() == [8000, 4000]  # type: ignore[arg-type]
+    other = table_of(cpu_node("a", 100), cpu_node("b", 200))
+    assert memo.get("k", other.batch(["a", "b"]), compute).tolist() == [100, 200]  # type: ignore[arg-type]
+
+
+def test_a_row_reused_by_another_node_and_a_grown_table() -> None:
+    table = table_of(cpu_node("a", 8000), cpu_node("b", 4000))
+    memo, compute = RowMemo(), Counting()
+    assert memo.get("k", table.batch(["a", "b"]), compute).tolist() == [8000, 4000]  # type: ignore[arg-type]
+    table.remove("a")
+    table.upsert(cpu_node("x", 1000))  # takes a's row
+    for index in range(5):  # past the capacity: the columns grow
+        table.upsert(cpu_node(f"n{index}", index))
+    names = ["x", "b", *(f"n{index}" for index in range(5))]
+    assert memo.get("k", table.batch(names), compute).tolist() == [1000, 4000, 0, 1, 2, 3, 4]  # type: ignore[arg-type]
+
+
+@settings(max_examples=100, deadline=None)
+@given(gpu_pods(), st.lists(st.tuples(st.integers(0, 5), gpu_nodes()), min_size=1, max_size=25))
+def test_fgd_memo_follows_every_update(pod: PodInfo, updates: list[tuple[int, NodeInfo]]) -> None:
+    """One plugin (one memo) scores after each node update; every answer equals the definition."""
+    plugin, table, nodes = fgd(), NodeTable(capacity=2), {}
+    for index, node in updates:
+        nodes[f"n{index}"] = replace(node, name=f"n{index}")
+        table.upsert(nodes[f"n{index}"])
+        batch = table.batch(list(nodes))
+        assert batch is not None
+        scores = plugin.score_batch(pod, batch)
+        assert scores is not None
+        assert scores.tolist() == [plugin.score(pod, node) for node in nodes.values()]
+
+
+def test_managed_fit_verdicts_follow_the_node() -> None:
+    fit = ManagedResourcesFit(["cpu"])
+    pod = PodInfo("u", "ns", "p", PodResources({"cpu": 3000}, 3000, 0))
+    table = table_of(cpu_node("a", 4000), cpu_node("b", 2000))
+    batch = table.batch(["a", "b"])
+    assert batch is not None
+    assert fit.filter_batch(pod, batch).codes.tolist() == [0, 2]
+    table.upsert(cpu_node("a", 4000, used=2000))
+    batch = table.batch(["a", "b"])
+    assert batch is not None
+    verdicts = fit.filter_batch(pod, batch)
+    assert verdicts.codes.tolist() == [1, 2]
+    assert [verdicts.status(i).reason for i in range(2)] == ["Insufficient cpu"] * 2
+    assert np.array_equal(verdicts.reason_index, fit.filter_batch(pod, batch).reason_index)
