@@ -1,0 +1,81 @@
+"""What the allocator sees of devices in use, per pod (``DraState.allocated_view`` and
+``shared_view``): devices held whole, and shares (consumable capacity), by claims' allocations and
+by other pods' in-flight binds. A pod's own in-flight devices, and the claims that must not block it
+(its leftover special claim), do not count against it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from allocator import DeviceID
+
+__all__ = ["AllocatedDevices", "SharedView", "Shares"]
+
+Shares = dict[DeviceID, dict[tuple[str, str], Mapping[str, Fraction] | None]]  # device -> (holder, shareID) -> consumed
+
+
+@dataclass(frozen=True, slots=True)
+class AllocatedDevices:
+    """The allocator's view of devices in use; a pod's own in-flight devices do not block it."""
+
+    claimed: Mapping[DeviceID, str]
+    inflight: Mapping[DeviceID, str]
+    pod_uid: str
+    own_claims: frozenset[str] = frozenset()  # claim keys that do not block this pod
+
+    def __contains__(self, device: object) -> bool:
+        claim = self.claimed.get(device)  # type: ignore[call-overload]
+        if claim is not None and claim not in self.own_claims:
+            return True
+        owner = self.inflight.get(device)  # type: ignore[call-overload]
+        return owner is not None and owner != self.pod_uid
+
+    def __iter__(self) -> Iterator[Any]:
+        yield from (d for d, claim in self.claimed.items() if claim not in self.own_claims)
+        yield from (d for d, owner in self.inflight.items() if owner != self.pod_uid)
+
+
+@dataclass(frozen=True, slots=True)
+class SharedView:
+    """The allocator's view of shares (``allocator.SharedDevices``): claims' shares plus other
+    pods' in-flight ones; a pod's own in-flight shares do not count against it."""
+
+    claimed: Shares
+    inflight: Shares
+    pod_uid: str
+    own_claims: frozenset[str] = frozenset()  # claim keys whose shares do not count against this pod
+
+    def _claimed(self, device: object) -> Iterator[Mapping[str, Fraction] | None]:
+        for (holder, _), consumed in (self.claimed.get(device) or {}).items():  # type: ignore[call-overload]
+            if holder not in self.own_claims:
+                yield consumed
+
+    def _inflight_others(self, device: object) -> Iterator[Mapping[str, Fraction] | None]:
+        for (holder, _), consumed in (self.inflight.get(device) or {}).items():  # type: ignore[call-overload]
+            if holder != self.pod_uid:
+                yield consumed
+
+    def __contains__(self, device: object) -> bool:
+        return any(True for _ in self._claimed(device)) or any(True for _ in self._inflight_others(device))
+
+    def __bool__(self) -> bool:
+        if self.claimed and not self.own_claims:  # a device is kept only while some share holds it
+            return True
+        return any(holder not in self.own_claims for held in self.claimed.values() for holder, _ in held) or any(
+            holder != self.pod_uid for held in self.inflight.values() for holder, _ in held
+        )
+
+    def consumed(self, device: DeviceID) -> Mapping[str, Fraction] | None:
+        total: dict[str, Fraction] | None = None
+        for consumed in [*self._claimed(device), *self._inflight_others(device)]:
+            if consumed is None:
+                continue
+            if total is None:
+                total = {}
+            for name, amount in consumed.items():
+                total[name] = total.get(name, Fraction(0)) + amount
+        return total
