@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from scoring.devices import DeviceResourceArgs, fit, fit_batch
+from scoring.devices import DeviceResourceArgs, PodDevices, fit, fit_demand_batch, pod_devices
 from scoring.framework import MAX_NODE_SCORE, MIN_NODE_SCORE, NodeInfo, PodInfo
+from scoring.row_memo import RowMemo
 from scoring.table import Batch, Int64Array
 
 __all__ = ["MAX_SPEC_CPU", "MAX_SPEC_MILLI", "NAME", "BestFit", "BestFitArgs"]
@@ -42,6 +43,7 @@ class BestFit:
 
     def __init__(self, args: BestFitArgs) -> None:
         self.args = args
+        self._memo = RowMemo()  # a node's score depends on its row and the pod's demand alone
 
     def score(self, pod: PodInfo, node: NodeInfo) -> int:
         placed = fit(pod, node, self.args.resource)
@@ -50,8 +52,11 @@ class BestFit:
         return _value(placed.cpu_left - placed.demand.cpu, placed.idle - placed.demand.total)
 
     def score_batch(self, pod: PodInfo, batch: Batch) -> Int64Array | None:
-        placed = fit_batch(pod, batch, self.args.resource)
-        demand = placed.demand
+        demand = pod_devices(pod, self.args.resource)
+        return self._memo.get(demand, batch, lambda rows: self._score_batch(demand, rows))
+
+    def _score_batch(self, demand: PodDevices, batch: Batch) -> Int64Array:
+        placed = fit_demand_batch(demand, batch, self.args.resource)
         milli_after = placed.idle - demand.total
         cpu_after = placed.cpu_left - demand.cpu
         numerator = MAX_NODE_SCORE * _DENOMINATOR - _CPU_FACTOR * cpu_after - _GPU_FACTOR * milli_after

@@ -34,6 +34,7 @@ __all__ = [
     "first_fit_batch",
     "fit",
     "fit_batch",
+    "fit_demand_batch",
     "parse_resource",
     "pod_devices",
 ]
@@ -118,7 +119,11 @@ class FitBatch:
 
 
 def fit_batch(pod: PodInfo, batch: Batch, resource: str) -> FitBatch:
-    demand = pod_devices(pod, resource)
+    return fit_demand_batch(pod_devices(pod, resource), batch, resource)
+
+
+def fit_demand_batch(demand: PodDevices, batch: Batch, resource: str) -> FitBatch:
+    """``fit_batch`` for a demand already worked out (what per-node memos are keyed by)."""
     free = batch.devices_free(resource)
     left = cpu_free_batch(batch)
     fits, _ = first_fit_batch(free, demand.count, demand.milli)

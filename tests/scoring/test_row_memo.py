@@ -8,6 +8,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from scoring.best_fit import BestFit, BestFitArgs
+from scoring.fragmentation import GpuFragmentation
 from scoring.framework import NodeInfo, PodInfo
 from scoring.managed_fit import ManagedResourcesFit
 from scoring.resources import PodResources
@@ -88,9 +90,17 @@ def test_a_row_reused_by_another_node_and_a_grown_table() -> None:
 
 @settings(max_examples=100, deadline=None)
 @given(gpu_pods(), st.lists(st.tuples(st.integers(0, 5), gpu_nodes()), min_size=1, max_size=25))
-def test_fgd_memo_follows_every_update(pod: PodInfo, updates: list[tuple[int, NodeInfo]]) -> None:
+def test_memoised_plugins_follow_every_update(pod: PodInfo, updates: list[tuple[int, NodeInfo]]) -> None:
     """One plugin (one memo) scores after each node update; every answer equals the definition."""
-    plugin, table, nodes = fgd(), NodeTable(capacity=2), {}
+    for plugin in (fgd(), BestFit(BestFitArgs.parse(None))):
+        _follows_every_update(plugin, pod, updates)
+
+
+def _follows_every_update(
+    plugin: GpuFragmentation | BestFit, pod: PodInfo, updates: list[tuple[int, NodeInfo]]
+) -> None:
+    table: NodeTable = NodeTable(capacity=2)
+    nodes: dict[str, NodeInfo] = {}
     for index, node in updates:
         nodes[f"n{index}"] = replace(node, name=f"n{index}")
         table.upsert(nodes[f"n{index}"])
