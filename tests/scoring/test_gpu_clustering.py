@@ -16,7 +16,15 @@ from scoring.framework import SHARE_KIND, ArgsError, NodeInfo, PodInfo, device_k
 from scoring.profile import build_score_plugin
 from scoring.resources import PodResources
 from scoring.table import NodeTable
-from tests.scoring.test_gpu_sharing_plugins import GPU, claim_pod, dra_node, gpu_nodes, gpu_pods, plugin_node
+from tests.scoring.test_gpu_sharing_plugins import (
+    GPU,
+    assert_batch_equals_scalar,
+    claim_pod,
+    dra_node,
+    gpu_nodes,
+    gpu_pods,
+    plugin_node,
+)
 
 PLUGIN = GpuClustering(GpuClusteringArgs.parse({}))
 
@@ -124,16 +132,7 @@ def clustered_nodes(draw: st.DrawFn) -> NodeInfo:
 @settings(max_examples=300, deadline=None)
 @given(gpu_pods(), st.lists(clustered_nodes(), min_size=1, max_size=10))
 def test_batch_equals_scalar(pod: PodInfo, node_list: list[NodeInfo]) -> None:
-    table = NodeTable(capacity=2)
-    named = [replace(n, name=f"n{i}") for i, n in enumerate(node_list)]
-    for node in named:
-        table.upsert(node)
-    batch = table.batch([n.name for n in named])
-    assert batch is not None
-    scores = PLUGIN.score_batch(pod, batch)
-    assert scores is not None
-    assert scores.tolist() == [PLUGIN.score(pod, node) for node in named]
-    assert all(0 <= s <= 100 for s in scores.tolist())
+    assert_batch_equals_scalar(PLUGIN, pod, node_list)
 
 
 @settings(max_examples=100, deadline=None)

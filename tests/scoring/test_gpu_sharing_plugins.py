@@ -206,6 +206,11 @@ def plugins(draw: st.DrawFn) -> ScorePlugin:
 @settings(max_examples=300, deadline=None)
 @given(plugins(), gpu_pods(), st.lists(gpu_nodes(), min_size=1, max_size=10))
 def test_batch_equals_scalar(plugin: ScorePlugin, pod: PodInfo, node_list: list[NodeInfo]) -> None:
+    assert_batch_equals_scalar(plugin, pod, node_list)
+
+
+def assert_batch_equals_scalar(plugin: ScorePlugin, pod: PodInfo, node_list: list[NodeInfo]) -> None:
+    """The plugin's batch scores over a table of ``node_list`` are its scalar scores, in 0..100."""
     table = NodeTable(capacity=2)
     named = [replace(n, name=f"n{i}") for i, n in enumerate(node_list)]
     for node in named:
