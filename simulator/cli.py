@@ -129,12 +129,9 @@ def format_table(results: Sequence[Any]) -> str:
 
 def write_plot(results: Sequence[Any], path: str, title: str) -> None:
     """GPU allocation (share of cluster GPUs) against submitted GPU demand (same unit), per policy."""
-    import matplotlib
+    from simulator.report import new_figure, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(figsize=(7, 4.5), dpi=100)
+    figure, axes = new_figure(7)
     for result in results:
         total = result.total_gpus or 1
         xs = [100 * submitted / total for submitted, _ in result.curve]
@@ -142,12 +139,7 @@ def write_plot(results: Sequence[Any], path: str, title: str) -> None:
         axes.plot(xs, ys, label=result.policy, linewidth=1.4)
     axes.set_xlabel("submitted GPU demand (% of cluster GPUs)")
     axes.set_ylabel("allocated GPUs (% of cluster GPUs)")
-    axes.set_title(title)
-    axes.grid(True, alpha=0.3)
-    axes.legend()
-    figure.tight_layout()
-    figure.savefig(path)
-    plt.close(figure)
+    save_figure(figure, axes, title, path)
 
 
 def _sampling_note(scheduler: Any, nodes: int) -> str:

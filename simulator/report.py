@@ -54,19 +54,36 @@ def aligned(rows: Sequence[tuple[str, Sequence[str]]]) -> str:
     return "\n".join(lines)
 
 
-def write_unallocated_plot(results: Sequence[Any], path: str, title: str) -> None:
-    """Unallocated GPU % against arrived workload %, per policy the median over seeds with the
-    min-max band, and the ideal line (everything that arrives is allocated)."""
+def new_figure(width: float) -> tuple[Any, Any]:
+    """A matplotlib figure and axes on the file-only backend (matplotlib comes with the plot extra)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt.subplots(figsize=(width, 4.5), dpi=100)
+
+
+def save_figure(figure: Any, axes: Any, title: str, path: str) -> None:
+    """Title, grid and legend, then the figure written to ``path`` and closed."""
+    import matplotlib.pyplot as plt
+
+    axes.set_title(title)
+    axes.grid(True, alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
+
+
+def write_unallocated_plot(results: Sequence[Any], path: str, title: str) -> None:
+    """Unallocated GPU % against arrived workload %, per policy the median over seeds with the
+    min-max band, and the ideal line (everything that arrives is allocated)."""
     by_policy: dict[str, list[dict[int, float]]] = {}
     for result in results:
         if result.metrics is not None:
             by_policy.setdefault(result.policy, []).append(dict(result.metrics.curve()))
-    figure, axes = plt.subplots(figsize=(8, 4.5), dpi=100)
+    figure, axes = new_figure(8)
     top = 100
     for policy, curves in by_policy.items():
         points = sorted(set.intersection(*(set(c) for c in curves)))
@@ -84,9 +101,4 @@ def write_unallocated_plot(results: Sequence[Any], path: str, title: str) -> Non
     axes.set_ylim(0, 25)
     axes.set_xlabel("arrived workload (% of cluster GPU capacity)")
     axes.set_ylabel("unallocated GPUs (%)")
-    axes.set_title(title)
-    axes.grid(True, alpha=0.3)
-    axes.legend()
-    figure.tight_layout()
-    figure.savefig(path)
-    plt.close(figure)
+    save_figure(figure, axes, title, path)
