@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 try:
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.remote.webdriver import WebDriver
     from selenium.webdriver.remote.webelement import WebElement
@@ -58,9 +59,23 @@ class Console:
 
     def submit_and_wait(self, element: WebElement, url_part: str) -> None:
         """Submit (or change) something that loads a new page, and wait for that page."""
-        WebDriverWait(self.driver, TIMEOUT).until(ec.staleness_of(element))
+        WebDriverWait(self.driver, TIMEOUT).until(lambda _: _detached(element))
         WebDriverWait(self.driver, TIMEOUT).until(ec.url_contains(url_part))
         self.loaded()
+
+
+def _detached(element: WebElement) -> bool:
+    """``ec.staleness_of``, also for Chrome's other word for it: an element of a page that has been
+    replaced can raise "does not belong to the document" instead of a stale-reference error."""
+    try:
+        element.is_enabled()
+    except StaleElementReferenceException:
+        return True
+    except WebDriverException as exc:
+        if "does not belong to the document" in (exc.msg or ""):
+            return True
+        raise
+    return False
 
 
 @pytest.fixture(scope="module")
