@@ -65,6 +65,14 @@ class CacheConfig(_Strict):
         "rejected this pod before and has not changed since, or a node kube-scheduler passed is short of a "
         "resource both count), wait this long for the cache to change and judge once more. 0 turns it off.",
     )
+    requeueAfterSeconds: float = Field(
+        1.0,
+        ge=0,
+        description="When the cache frees capacity (a pod gone, a node added or grown, devices or quota freed) "
+        "after filter left a pod with no node, and kube-scheduler has not asked about the pod again within this "
+        "long, write a condition into the pod's status so kube-scheduler retries it (cluster mode). Each pod is "
+        "asked for at most once per interval, doubling from this value up to 5 minutes. 0 turns it off.",
+    )
 
 
 class TLSConfig(_Strict):

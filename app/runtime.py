@@ -14,6 +14,7 @@ from app.cluster.eviction import ApiEvictor, Evictor, SnapshotEvictor
 from app.cluster.kube import KubeClient
 from app.cluster.kueue_watch import KUEUE_SOURCES, KueueSource
 from app.cluster.reflector import DRA_RESOURCES, Reflector, node_resource, pod_resource
+from app.cluster.requeue import ApiRetryRequester, Held, Requeuer
 from app.cluster.snapshot import SOURCES, SnapshotBinder, SnapshotClaimWriter, load_snapshot
 from app.cluster.workloads import WORKLOADS_SOURCE, WorkloadAdmissions
 from app.config import ExtenderConfiguration
@@ -64,6 +65,8 @@ class Runtime:
         self._tasks.append(asyncio.create_task(self._expire_loop(), name="assume-expiry"))
         if self.reclaimer is not None:
             self._tasks.append(asyncio.create_task(self.reclaimer.run(), name="reclaim"))
+        if self.service.requeuer is not None:
+            self._tasks.append(asyncio.create_task(self.service.requeuer.run(), name="requeue"))
         # Objects created at start-up live forever: keep them out of the cyclic GC's young generations.
         gc.collect()
         gc.freeze()
@@ -143,7 +146,16 @@ def build_cluster_runtime(config: ExtenderConfiguration, kubeconfig: str | None)
     # Workloads too: their admission times order victims, which must not change across a restart.
     names = tuple(r.resource.name for r in reflectors) + ((*KUEUE_SOURCES, WORKLOADS_SOURCE) if watch_kueue else ())
     runtime = _runtime(config, cache, ApiBinder(client), names, ApiClaimWriter(client), reflectors, client, metrics)
-    fairness = runtime.service.fairness
+    service = runtime.service
+    if config.cache.requeueAfterSeconds > 0:
+
+        def requested(held: Held, outcome: str, error: str) -> None:
+            metrics.retry_requests.labels(outcome).inc()
+            service.record("requeue", held.key, outcome, **({"error": error} if error else {}))
+
+        requester = ApiRetryRequester(client)
+        service.requeuer = Requeuer(cache, requester, after=config.cache.requeueAfterSeconds, on_request=requested)
+    fairness = service.fairness
     if watch_kueue and fairness is not None and config.queues is not None:
         runtime.kueue_source = runtime.service.kueue_source = KueueSource(config.queues, fairness, clock=cache.clock)
         runtime.reflectors += [Reflector(client, cache, r, metrics) for r in runtime.kueue_source.resources()]

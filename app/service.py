@@ -18,6 +18,7 @@ import msgspec
 from app.cluster.bindless import BindlessPods
 from app.cluster.cache import ClusterCache
 from app.cluster.objects import ObjectError, pod_from_obj
+from app.cluster.requeue import Requeuer
 from app.cluster.writes import BindError
 from app.config import ExtenderConfiguration
 from app.http import wire
@@ -72,6 +73,7 @@ class ExtenderService:
         self.metrics = metrics or Metrics()
         self.pipeline, self.resources = build_pipeline(config, cache, claim_writer, wall_clock)
         self.kueue_source: Any = None  # app.cluster.kueue_watch.KueueSource when Kueue's objects are watched
+        self.requeuer: Requeuer | None = None  # cluster mode: asks kube-scheduler to retry rejected pods
         self.readiness = readiness or (lambda: (True, ""))
         self.wall_clock = wall_clock
         self.decisions: deque[dict[str, Any]] = deque(maxlen=config.server.decisionHistory)
@@ -164,6 +166,10 @@ class ExtenderService:
         if log.isEnabledFor(level):
             log.log(level, msg, extra={"decision": entry})
 
+    def record(self, verb: str, pod: str, outcome: str, **detail: Any) -> None:
+        """A decision made outside the verbs (the requeuer's), kept for /debug and logged at INFO."""
+        self._record(verb, pod, outcome, level=logging.INFO, **detail)
+
     def not_ready_reason(self) -> str:
         ready, reason = self.readiness()
         return "" if ready else reason
@@ -246,7 +252,11 @@ class ExtenderService:
         suspect = False
         if passed or not names:
             self._rejected.pop(pod.uid, None)
+            if self.requeuer is not None:
+                self.requeuer.passed(pod.uid)
         else:
+            if self.requeuer is not None:
+                self.requeuer.rejected(pod)
             suspect = self._rejected.get(pod.uid) == self.cache.generation or not self._lag_reasons.isdisjoint(reasons)
             self._rejected[pod.uid] = self.cache.generation
             self._rejected.move_to_end(pod.uid)

@@ -113,6 +113,9 @@ class ClusterCache:
         # Bumped whenever what is counted on a node, or a node itself, changes: filter compares it to
         # tell whether the cache has moved since it last judged a pod (see changed_after).
         self.changes = ChangeSignal()  # nodes and pods
+        # Bumped when capacity may have been freed: a pod stopped counting on a node, a node came or grew,
+        # devices were freed. The requeuer (app/cluster/requeue.py) asks kube-scheduler to retry on it.
+        self.freed = self.dra.freed
 
     def subscribe(self, subscriber: Subscriber) -> None:
         """Call ``subscriber`` with every event from now on, after those subscribed earlier."""
@@ -161,6 +164,8 @@ class ClusterCache:
         self.nodes[node.name] = node
         self.nodes_version += 1
         self._changed()
+        if previous is None or previous.allocatable != node.allocatable or previous.labels != node.labels:
+            self.freed.notify()
         self.dra.set_node(node.name, node.labels)
         self._refresh(node.name)
         self._publish(NodeChanged(node.name, node.labels))
@@ -273,6 +278,7 @@ class ClusterCache:
             del self._counted[uid]
             if desired is None or desired[0] != node:  # the same node: one refresh below
                 self._refresh(node)
+                self.freed.notify()
         self._kinds.set(uid, None if desired is None else desired.pod, kinds)
         if desired is not None:
             node, pod, assumed = desired

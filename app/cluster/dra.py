@@ -135,6 +135,8 @@ class DraState:
     _inflight_shares: Shares = field(default_factory=dict)  # holder: pod uid
     taint_rules: TaintRules = field(default_factory=TaintRules)  # DeviceTaintRules (when the API is served)
     claim_changes: ChangeSignal = field(default_factory=ChangeSignal)  # bumped on every claim change
+    # Bumped when devices may have become free (deallocated, new slices, classes changed): the requeuer's cue.
+    freed: ChangeSignal = field(default_factory=ChangeSignal)
     extended: ExtendedResources = field(default_factory=ExtendedResources)
     listener: Callable[[list[str]], None] | None = None  # told of nodes whose extended amounts changed
     # Told of claims whose spec may have changed, or None: which class serves which resource did (pod kinds)
@@ -217,6 +219,7 @@ class DraState:
     def _classes_changed(self) -> None:
         self._class_mapping = None
         self.fast.invalidate()
+        self.freed.notify()
         if self.extended.set_classes(self.classes.values()):
             self._recount(None)
             if self.claims_listener is not None:
@@ -225,6 +228,7 @@ class DraState:
     def _slices_changed(self) -> None:
         changed = self.slices.changed_nodes()  # drained on every change, counted only when it matters
         self.fast.invalidate()
+        self.freed.notify()
         if self.extended.classes:
             self._recount(changed)
 
@@ -285,6 +289,8 @@ class DraState:
             _add_shares(self._claim_shares, claim.key, allocated_shares(claim.allocation))
         if (old is not None and old.allocation is not None) or claim.allocation is not None:
             self._devices_changed([*_devices_of(old), *_devices_of(claim)])
+        if not set(_devices_of(old)) <= set(_devices_of(claim)):
+            self.freed.notify()  # deallocated, or allocated elsewhere
         if self.claims_listener is not None and (old is None or old.devices != claim.devices):
             self.claims_listener((claim.key,))
         self.claim_changes.notify()
@@ -296,6 +302,7 @@ class DraState:
         self._index_special(old, None)
         if old is not None and old.allocation is not None:
             self._devices_changed(_devices_of(old))
+            self.freed.notify()
         if self.claims_listener is not None and old is not None:
             self.claims_listener((key,))
         self.claim_changes.notify()
@@ -402,6 +409,8 @@ class DraState:
                 del self._inflight_devices[device]
         _drop_shares(self._inflight_shares, pod_uid, entry.shares)
         self._devices_changed([*entry.devices, *(share.device for share in entry.shares)])
+        if entry.shares or any(device not in self._claim_devices for device in entry.devices):
+            self.freed.notify()  # not (all) taken over by the written claims: an aborted or expired bind
 
     def expire(self) -> list[InFlight]:
         """Drop expired proposals and in-flight entries (a bind that never finished either way)."""

@@ -29,6 +29,7 @@ _HEADERS = {
     "Content-Type": "application/json",
     "User-Agent": "kube-gpu-extender/0.1.0",
 }
+_STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 _MERGE_PATCH = "application/merge-patch+json"
 
 
@@ -268,6 +269,10 @@ class KubeClient:
     async def merge_patch(self, path: str, patch: dict[str, Any]) -> dict[str, Any]:
         """A JSON merge patch (RFC 7386)."""
         return await self._call("PATCH", path, msgspec.json.encode(patch), _MERGE_PATCH)
+
+    async def strategic_patch(self, path: str, patch: dict[str, Any]) -> dict[str, Any]:
+        """A strategic merge patch: lists with a merge key (a pod's conditions, by type) are merged."""
+        return await self._call("PATCH", path, msgspec.json.encode(patch), _STRATEGIC_PATCH)
 
     async def _send(
         self, method: str, path: str, content: bytes | None, where: str, content_type: str | None = None

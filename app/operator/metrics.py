@@ -66,6 +66,13 @@ class Metrics:
             ["reason"],
             registry=self.registry,
         )
+        self.retry_requests = Counter(
+            "kube_gpu_extender_retry_requests_total",
+            "Pods the extender asked kube-scheduler to retry after freeing capacity, by outcome "
+            "(requested, gone, failed).",
+            ["outcome"],
+            registry=self.registry,
+        )
         self.filter_catch_up = Counter(
             "kube_gpu_extender_filter_catch_up_total",
             "Filter answers that waited for the cache to catch up with kube-scheduler, by whether it changed.",

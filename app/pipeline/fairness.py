@@ -127,6 +127,8 @@ class Fairness:
         self.kai.reconfigure(config)
         self.kai.recount(self._kai_shares())
         self.signatures = self._signatures_of_cached_nodes()  # the flavors' label keys may have changed
+        if self.cache is not None:
+            self.cache.freed.notify()  # quotas may have grown: pods held for quota may fit now
 
     # ------------------------------------------------------------------ feeding the ledgers
     def _signatures_of_cached_nodes(self) -> NodeSignatures:
