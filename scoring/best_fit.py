@@ -60,5 +60,5 @@ class BestFit:
         milli_after = placed.idle - demand.total
         cpu_after = placed.cpu_left - demand.cpu
         numerator = MAX_NODE_SCORE * _DENOMINATOR - _CPU_FACTOR * cpu_after - _GPU_FACTOR * milli_after
-        scores = np.clip(numerator // _DENOMINATOR, MIN_NODE_SCORE, MAX_NODE_SCORE)
+        scores = np.minimum(np.maximum(numerator // _DENOMINATOR, MIN_NODE_SCORE), MAX_NODE_SCORE)
         return np.where(placed.fits, scores, MIN_NODE_SCORE).astype(np.int64)

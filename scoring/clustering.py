@@ -75,7 +75,7 @@ class GpuClustering:
         band = np.where(
             same, np.where(present == 1, _ONLY_KIND, _AMONG_KINDS), np.where(present == 0, _IDLE, _OTHER_KINDS)
         )
-        left = np.clip(batch.devices_free(self.args.resource), 0, None).sum(axis=1)
+        left = np.maximum(batch.devices_free(self.args.resource), 0).sum(axis=1)
         fill = _FILL * (MAX_SPEC_MILLI - np.minimum(left, MAX_SPEC_MILLI)) // MAX_SPEC_MILLI
         scores: Int64Array = (band + fill).astype(np.int64)
         return scores

@@ -128,7 +128,7 @@ def fit_demand_batch(demand: PodDevices, batch: Batch, resource: str) -> FitBatc
     left = cpu_free_batch(batch)
     fits, _ = first_fit_batch(free, demand.count, demand.milli)
     fits &= left >= demand.cpu
-    return FitBatch(demand, fits, np.clip(free, 0, None).sum(axis=1), left)
+    return FitBatch(demand, fits, np.maximum(free, 0).sum(axis=1), left)
 
 
 def cpu_free(node: NodeInfo) -> int:

@@ -50,5 +50,5 @@ class DotProduct:
             return None  # beyond exact int64 products: the scalar path
         product = left * demand.cpu + _GPU_FACTOR * placed.idle * demand.total
         numerator = MAX_NODE_SCORE * _D - MAX_NODE_SCORE // 2 * product
-        scores = np.clip(numerator // _D, MIN_NODE_SCORE, MAX_NODE_SCORE)
+        scores = np.minimum(np.maximum(numerator // _D, MIN_NODE_SCORE), MAX_NODE_SCORE)
         return np.where(placed.fits, scores, MIN_NODE_SCORE).astype(np.int64)

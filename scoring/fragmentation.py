@@ -175,7 +175,7 @@ class GpuFragmentation:
         distinct per-device milli of the types, the devices short of it are a prefix (how many:
         one comparison per device), their free milli-devices that prefix's sum."""
         ordered = np.sort(free, axis=1)
-        left = np.clip(ordered, 0, None)
+        left = np.maximum(ordered, 0)
         prefix = np.zeros((len(free), free.shape[1] + 1), dtype=np.int64)
         np.cumsum(left, axis=1, out=prefix[:, 1:])
         idle = prefix[:, -1]
@@ -203,5 +203,5 @@ class GpuFragmentation:
             scores = np.searchsorted(self._threshold_array, delta.astype(np.float64), side="right").astype(np.int64)
         else:
             step = self.weight * self.args.milli_per_point
-            scores = np.clip(MAX_NODE_SCORE // 2 + delta // step, MIN_NODE_SCORE, MAX_NODE_SCORE)
+            scores = np.minimum(np.maximum(MAX_NODE_SCORE // 2 + delta // step, MIN_NODE_SCORE), MAX_NODE_SCORE)
         return np.where(fits, scores, MIN_NODE_SCORE).astype(np.int64)

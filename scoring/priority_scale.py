@@ -70,7 +70,7 @@ def candidates(node_scores: Sequence[int | None]) -> list[int]:
 
 
 def absolute_batch(node_scores: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    return np.clip((node_scores + 5) // 10, MIN_EXTENDER_PRIORITY, MAX_EXTENDER_PRIORITY)
+    return np.minimum(np.maximum((node_scores + 5) // 10, MIN_EXTENDER_PRIORITY), MAX_EXTENDER_PRIORITY)
 
 
 def candidates_batch(node_scores: npt.NDArray[np.int64], known: npt.NDArray[np.bool_]) -> npt.NDArray[np.int64]:

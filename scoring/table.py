@@ -104,8 +104,8 @@ class Batch:
 
     def devices_free(self, resource: str) -> Int64Array:
         """``NodeInfo.devices_free`` per node as rows of one array, padded with -1 (no such device)."""
-        allocatable = np.clip(self.allocatable(resource), 0, MAX_NODE_DEVICES)
-        used = np.minimum(np.clip(self.requested(resource), 0, None), allocatable)
+        allocatable = np.minimum(np.maximum(self.allocatable(resource), 0), MAX_NODE_DEVICES)
+        used = np.minimum(np.maximum(self.requested(resource), 0), allocatable)
         dra_used = self.table.dra_devices.get(resource)
         width = int(allocatable.max(initial=0))
         served = np.zeros(len(self), dtype=np.bool_)

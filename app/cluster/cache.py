@@ -101,7 +101,10 @@ class ClusterCache:
         self._usage: dict[str, NodeUsage] = {}
         self._counted: dict[str, Counted] = {}  # uid -> where it counts, as which version
         self._snapshots: dict[str, NodeInfo] = {}
-        self.table = NodeTable()  # the same snapshots as columns, for batch filtering and scoring
+        self._table = NodeTable()  # the same snapshots as columns, for batch filtering and scoring
+        # Nodes whose snapshot is out of date: rebuilt on the next read, so a bind that changes a node
+        # several times (assume, devices in flight, the claim written) rebuilds it once.
+        self._stale: dict[str, None] = {}
         self.dra = DraState(clock=clock, inflight_ttl=assume_ttl)  # DRA objects and devices in use
         self.dra.listener = self._extended_changed  # DRA devices counted as extended resources
         self.dra.claims_listener = self._claims_changed  # what pod kinds read of claims
@@ -126,13 +129,22 @@ class ClusterCache:
             subscriber(event)
 
     # ------------------------------------------------------------------ reads
+    @property
+    def table(self) -> NodeTable:
+        """Every node's snapshot as columns (``scoring/table.py``), up to date."""
+        if self._stale:
+            self._rebuild_stale()
+        return self._table
+
     def node_info(self, name: str) -> NodeInfo | None:
         """The immutable snapshot of a known node (allocatable + usage)."""
+        if name in self._stale:
+            self._rebuild_stale()
         return self._snapshots.get(name)
 
     def allocatable(self, name: str) -> Mapping[str, int] | None:
         """A known node's allocatable (what kubelet and device plugins advertise)."""
-        node = self._snapshots.get(name)
+        node = self.node_info(name)
         return None if node is None else node.allocatable
 
     def node_info_for(self, name: str, allocatable: Mapping[str, int]) -> NodeInfo:
@@ -181,8 +193,9 @@ class ClusterCache:
         self._changed()
         self._publish(NodeChanged(name, None))
         self.dra.delete_node(name)
+        self._stale.pop(name, None)
         self._snapshots.pop(name, None)
-        self.table.remove(name)
+        self._table.remove(name)
 
     def replace_nodes(self, nodes: Iterable[Any]) -> None:
         apply_relist(self.nodes, {node.name: node for node in nodes}, self.delete_node, self.upsert_node)
@@ -216,7 +229,7 @@ class ClusterCache:
         if previous is not None:
             self._recount(pod.uid)
         if check is not None:
-            snapshot = self._snapshots.get(node) or self._build(node, {})
+            snapshot = self.node_info(node) or self._build(node, {})
             status = check(snapshot)
             if not status.passed:
                 if previous is not None:
@@ -344,13 +357,18 @@ class ClusterCache:
         self._changed()
 
     def _refresh(self, name: str) -> None:
-        node = self.nodes.get(name)
-        if node is None:
-            self._snapshots.pop(name, None)
-            self.table.remove(name)
-            return
-        snapshot = self._snapshots[name] = self._build(name, node.allocatable)
-        self.table.upsert(snapshot)
+        self._stale[name] = None
+
+    def _rebuild_stale(self) -> None:
+        stale, self._stale = self._stale, {}
+        for name in stale:
+            node = self.nodes.get(name)
+            if node is None:
+                self._snapshots.pop(name, None)
+                self._table.remove(name)
+                continue
+            snapshot = self._snapshots[name] = self._build(name, node.allocatable)
+            self._table.upsert(snapshot)
 
     def counts(self) -> dict[str, int]:
         return {
