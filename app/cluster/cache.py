@@ -12,6 +12,7 @@ changes the cache atomically between two awaits, which is what makes concurrent 
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -102,9 +103,12 @@ class ClusterCache:
         self._counted: dict[str, Counted] = {}  # uid -> where it counts, as which version
         self._snapshots: dict[str, NodeInfo] = {}
         self._table = NodeTable()  # the same snapshots as columns, for batch filtering and scoring
-        # Nodes whose snapshot is out of date: rebuilt on the next read, so a bind that changes a node
-        # several times (assume, devices in flight, the claim written) rebuilds it once.
+        # Nodes whose snapshot is out of date. Rebuilt once the current step of the event loop is done
+        # (a watch event, a bind step), or on a read before that: a bind that changes a node several
+        # times (assume, devices in flight, the claim written) rebuilds it once, and requests still
+        # find the snapshots built.
         self._stale: dict[str, None] = {}
+        self._rebuild_scheduled = False
         self.dra = DraState(clock=clock, inflight_ttl=assume_ttl)  # DRA objects and devices in use
         self.dra.listener = self._extended_changed  # DRA devices counted as extended resources
         self.dra.claims_listener = self._claims_changed  # what pod kinds read of claims
@@ -358,6 +362,17 @@ class ClusterCache:
 
     def _refresh(self, name: str) -> None:
         self._stale[name] = None
+        if not self._rebuild_scheduled:
+            try:
+                asyncio.get_running_loop().call_soon(self._scheduled_rebuild)
+                self._rebuild_scheduled = True
+            except RuntimeError:  # no event loop (tests, tools): the next read rebuilds
+                pass
+
+    def _scheduled_rebuild(self) -> None:
+        self._rebuild_scheduled = False
+        if self._stale:
+            self._rebuild_stale()
 
     def _rebuild_stale(self) -> None:
         stale, self._stale = self._stale, {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 
 from hypothesis import given, settings
@@ -171,3 +172,23 @@ def test_subscribers_get_typed_events_in_the_order_things_change() -> None:
     assert events[5] == NodeChanged("g1", {"pool": "a"})
     assert events[6] == PodCounted(pending.uid, Counted("g1", bound, False))
     assert events[7:] == [PodCounted(pending.uid, None), PodChanged(pending.uid, None), NodeChanged("g1", None)]
+
+
+def test_snapshots_are_rebuilt_once_per_event_loop_step_and_on_read() -> None:
+    """Several changes to a node in one step rebuild it once, right after the step (not at the next
+    request); without a running loop the next read rebuilds it."""
+    cache = ClusterCache()
+    cache.upsert_node(node_from_obj(node_obj("g1", gpus=8)))
+    pod = pod_from_obj(pod_obj("p", gpus=2, node="g1", uid="p"))
+
+    async def step() -> None:
+        cache.upsert_pod(pod)
+        cache.assume(pod_from_obj(pod_obj("q", gpus=1, uid="q")), "g1")
+        assert cache._stale == {"g1": None}  # both changes wait for one rebuild
+        await asyncio.sleep(0)  # the step ends: the loop runs the scheduled rebuild
+        assert cache._stale == {}
+
+    asyncio.run(step())
+    assert cache.node_info("g1").requested["nvidia.com/gpu"] == 3  # type: ignore[union-attr]
+    cache.delete_pod("p")  # no loop: rebuilt on the read
+    assert cache.node_info("g1").requested["nvidia.com/gpu"] == 1  # type: ignore[union-attr]
