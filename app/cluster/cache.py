@@ -108,7 +108,7 @@ class ClusterCache:
         # times (assume, devices in flight, the claim written) rebuilds it once, and requests still
         # find the snapshots built.
         self._stale: dict[str, None] = {}
-        self._rebuild_scheduled = False
+        self._rebuild_on: asyncio.AbstractEventLoop | None = None  # the loop a rebuild is scheduled on
         self.dra = DraState(clock=clock, inflight_ttl=assume_ttl)  # DRA objects and devices in use
         self.dra.listener = self._extended_changed  # DRA devices counted as extended resources
         self.dra.claims_listener = self._claims_changed  # what pod kinds read of claims
@@ -362,15 +362,16 @@ class ClusterCache:
 
     def _refresh(self, name: str) -> None:
         self._stale[name] = None
-        if not self._rebuild_scheduled:
-            try:
-                asyncio.get_running_loop().call_soon(self._scheduled_rebuild)
-                self._rebuild_scheduled = True
-            except RuntimeError:  # no event loop (tests, tools): the next read rebuilds
-                pass
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no event loop (tests, tools): the next read rebuilds
+            return
+        if self._rebuild_on is not loop:  # (a loop that ended with one pending does not count)
+            loop.call_soon(self._scheduled_rebuild)
+            self._rebuild_on = loop
 
     def _scheduled_rebuild(self) -> None:
-        self._rebuild_scheduled = False
+        self._rebuild_on = None
         if self._stale:
             self._rebuild_stale()
 
