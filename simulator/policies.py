@@ -9,7 +9,9 @@ so every baseline runs through the same filter → prioritize → bind code as t
   ``dot-product`` (DotProduct), ``gpu-packing`` (GpuPacking), ``best-fit`` (BestFit),
   ``clustering`` (GpuClustering) and ``fgd`` (GpuFragmentation with the paper's sigmoid);
 * ``fgd-best-fit``: ours (README, Simulate): GpuFragmentation at an even resolution (15 expected
-  milli-GPUs per point, weight 19) with BestFit (weight 1) breaking its near-ties.
+  milli-GPUs per point, weight 19) with BestFit (weight 1) breaking its near-ties;
+* ``shipped``: the plugins of ``deploy/extender-config.yaml`` as they are (ours with the openb
+  default trace's workload, and ScarceResourceAvoidance for pods that ask for no GPU).
 
 The fragmentation plugins need the *target workload*: the trace's task types (cpu, per-GPU milli,
 GPU count), most frequent first until they cover 95 % of the pods, each with its pod count as
@@ -20,9 +22,13 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
+import yaml
+
 from app.config import ExtenderConfiguration
+from app.yamlfile import read_yaml
 from simulator.metrics import POPULARITY, pod_milli
 from simulator.trace import GPU, SimPod
 
@@ -63,6 +69,19 @@ def _fgd_best_fit(pods: Sequence[SimPod]) -> Plugins:
     return [{"name": "GpuFragmentation", "weight": 19, "args": args}, {"name": "BestFit", "weight": 1}]
 
 
+SHIPPED_CONFIG = Path(__file__).resolve().parents[1] / "deploy" / "extender-config.yaml"
+
+
+def _shipped(_: Sequence[SimPod]) -> Plugins:
+    """The plugins of the shipped ConfigMap's ``config.yaml``."""
+    configmap = read_yaml(SHIPPED_CONFIG, "the shipped extender config", ValueError)
+    try:
+        plugins: Plugins = yaml.safe_load(configmap["data"]["config.yaml"])["plugins"]
+    except (KeyError, TypeError, yaml.YAMLError) as exc:
+        raise ValueError(f"{SHIPPED_CONFIG}: no data.config.yaml with plugins: {exc!r}") from None
+    return plugins
+
+
 _PLUGINS: Mapping[str, Callable[[Sequence[SimPod]], Plugins]] = {
     "least-allocated": lambda _: _fit_plus("LeastAllocated", ("cpu", "memory")),
     "most-allocated": lambda _: _fit_plus("MostAllocated", ("cpu", "memory", GPU)),
@@ -73,6 +92,7 @@ _PLUGINS: Mapping[str, Callable[[Sequence[SimPod]], Plugins]] = {
     "clustering": lambda _: [{"name": "GpuClustering"}],
     "fgd": _fgd,
     "fgd-best-fit": _fgd_best_fit,
+    "shipped": _shipped,
 }
 POLICIES = ("fitplus-sra", *_PLUGINS)
 

@@ -37,16 +37,30 @@ def test_scheduler_profile_leaves_claims_to_the_extender() -> None:
     assert extender["bindVerb"] == "bind" and extender["ignorable"] is False
     # NodeResourcesFit must count nvidia.com/gpu: preemption's dry run finds victims only for resources
     # its own filter sees (issue 13: with ignoredResources a GPU pod never reached /preempt).
-    assert all(c["name"] != "NodeResourcesFit" for c in profile.get("pluginConfig", []))
+    for entry in profile.get("pluginConfig", []):
+        if entry["name"] == "NodeResourcesFit":
+            assert not entry["args"].get("ignoredResources") and not entry["args"].get("ignoredResourceGroups")
 
 
 def test_scheduler_profile_leaves_resource_scoring_to_the_extender() -> None:
-    """The in-tree resource scores would spread GPU pods; the extender's weight outranks what is left
+    """The in-tree resource scores would spread GPU pods: BalancedAllocation is off and NodeResourcesFit
+    scores MostAllocated, only breaking the extender's ties; the extender's weight outranks what is left
     (tests/e2e checks the same against the effective configuration kube-scheduler writes)."""
     config = yaml.safe_load((DEPLOY / "kube-scheduler-config.yaml").read_text())
-    disabled = {p["name"] for p in config["profiles"][0]["plugins"]["score"]["disabled"]}
-    assert disabled == {"NodeResourcesFit", "NodeResourcesBalancedAllocation"}
-    left = {"TaintToleration": 3, "NodeAffinity": 2, "PodTopologySpread": 2, "InterPodAffinity": 2, "ImageLocality": 1}
+    profile = config["profiles"][0]
+    disabled = {p["name"] for p in profile["plugins"]["score"]["disabled"]}
+    assert disabled == {"NodeResourcesBalancedAllocation"}
+    (fit,) = [c["args"] for c in profile["pluginConfig"] if c["name"] == "NodeResourcesFit"]
+    assert fit["scoringStrategy"]["type"] == "MostAllocated"
+    assert {r["name"] for r in fit["scoringStrategy"]["resources"]} == {"cpu", "memory", "nvidia.com/gpu"}
+    left = {
+        "TaintToleration": 3,
+        "NodeAffinity": 2,
+        "PodTopologySpread": 2,
+        "InterPodAffinity": 2,
+        "ImageLocality": 1,
+        "NodeResourcesFit": 1,
+    }
     assert config["extenders"][0]["weight"] * 10 > sum(left.values()) * 100
     extender = parse_config(yaml.safe_load(_configmap()["data"]["config.yaml"]))
     assert extender.priorityScale == "Candidates"  # the best node 10, every other at most 9

@@ -76,8 +76,10 @@ def test_the_effective_profile_lets_the_extender_decide(cluster: Cluster) -> Non
         "VolumeBinding",
     }
     in_tree = sum(w for name, w in scoring.items() if name in known_scorers) * 100
-    assert {"NodeResourcesFit", "NodeResourcesBalancedAllocation"} <= disabled
+    assert "NodeResourcesBalancedAllocation" in disabled
+    assert "NodeResourcesFit" in scoring  # scoring MostAllocated: it breaks the extender's ties only
     (extender,) = effective["extenders"]
     assert extender["weight"] * 10 > in_tree, (extender["weight"], scoring)
     fit = next((c["args"] for c in profile["pluginConfig"] if c["name"] == "NodeResourcesFit"), {})
     assert GPU not in (fit.get("ignoredResources") or [])
+    assert fit["scoringStrategy"]["type"] == "MostAllocated"

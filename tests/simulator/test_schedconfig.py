@@ -79,6 +79,7 @@ def test_the_shipped_profile_leaves_resource_scoring_to_the_extender() -> None:
     assert [(p.name, p.weight) for p in shipped.score_plugins] == [
         ("TaintToleration", 3),
         ("NodeAffinity", 2),
+        ("NodeResourcesFit", 1),
         ("VolumeBinding", 1),
         ("PodTopologySpread", 2),
         ("InterPodAffinity", 2),
@@ -86,8 +87,10 @@ def test_the_shipped_profile_leaves_resource_scoring_to_the_extender() -> None:
     ]
     assert shipped.extender_weight == 200
     assert shipped.percentage_of_nodes_to_score == 100
-    assert shipped.scoring().plugins == ()  # nothing modelled is left: the extender's priority decides
-    # One priority step (10 x 200) outweighs every in-tree plugin left at its maximum (100 x 11).
+    # Only NodeResourcesFit (MostAllocated) is modelled: it breaks the extender's ties, towards the fuller node.
+    ((fit, weight),) = [(p.plugin, p.weight) for p in shipped.scoring().plugins]
+    assert type(fit).__name__ == "NodeResourcesFit" and weight == 1
+    # One priority step (10 x 200) outweighs every in-tree plugin left at its maximum (100 x 12).
     assert shipped.scoring().extender_points(1) > 100 * sum(p.weight for p in shipped.score_plugins)
 
 
