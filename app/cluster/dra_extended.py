@@ -16,6 +16,7 @@ from fractions import Fraction
 from allocator import DeviceClass, DeviceID, NodePools, NodeRef, SelectorCache, SliceIndex
 from allocator.extended import class_devices, device_use, extended_resource_classes
 from allocator.pools import Candidate
+from app.cluster.index import reindex
 from scoring.framework import MILLI_DEVICES
 
 __all__ = ["Amounts", "Devices", "ExtendedResources", "Held", "held"]
@@ -164,17 +165,7 @@ class ExtendedResources:
 
     def _register(self, node: str, devices: tuple[DeviceID, ...]) -> None:
         old = self._devices.pop(node, ())
-        if old == devices:
-            if devices:
-                self._devices[node] = devices
-            return
-        for device in old:
-            holders = self._nodes_of.get(device)
-            if holders is not None:
-                holders.discard(node)
-                if not holders:
-                    del self._nodes_of[device]
         if devices:
             self._devices[node] = devices
-            for device in devices:
-                self._nodes_of.setdefault(device, set()).add(node)
+        if old != devices:
+            reindex(self._nodes_of, node, old, devices)

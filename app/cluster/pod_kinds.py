@@ -33,6 +33,7 @@ from collections.abc import Iterable, Mapping
 
 from allocator import DeviceClass, ResourceClaim
 from allocator.types import ALLOCATION_MODE_EXACT_COUNT
+from app.cluster.index import reindex
 from scoring.framework import PodInfo, device_kind
 from scoring.resources import is_extended_resource_name
 
@@ -102,16 +103,9 @@ class PodKinds:
         old = self._keys.get(uid, ())
         if keys == old:
             return
-        for key in old:
-            readers = self._readers.get(key)
-            if readers is not None:
-                readers.discard(uid)
-                if not readers:
-                    del self._readers[key]
+        reindex(self._readers, uid, old, keys)
         if keys:
             self._keys[uid] = keys
-            for key in keys:
-                self._readers.setdefault(key, set()).add(uid)
         else:
             self._keys.pop(uid, None)
 

@@ -11,15 +11,8 @@ from hypothesis import strategies as st
 from app.cluster.cache import ClusterCache
 from app.cluster.objects import node_from_obj, pod_from_obj
 from scoring.framework import Code, Status
+from tests.app.cache_ops import Clock, apply_pod_event
 from tests.conftest import node_obj, pod_obj
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def _cache(clock: Clock | None = None) -> ClusterCache:
@@ -126,18 +119,7 @@ def test_any_event_order_keeps_usage_exact(ops: list[tuple[str, int, str, bool, 
     cache = _cache(clock)
     for op, index, node, terminal, gpus in ops:
         pod = replace(pod_from_obj(pod_obj(f"p{index}", gpus=gpus, uid=f"uid-{index}", node=node)), terminal=terminal)
-        if op == "upsert":
-            cache.upsert_pod(pod)
-        elif op == "delete":
-            cache.delete_pod(pod.uid)
-        elif op == "assume":
-            cache.assume(pod, node or "g1")
-        elif op == "forget":
-            cache.forget(pod.uid)
-        elif op == "expire":
-            clock.now += 61
-            cache.expire()
-        else:
+        if not apply_pod_event(cache, clock, op, pod, node):  # a relist without the pod
             cache.replace_pods([p for p in cache.pods.values() if p.uid != pod.uid])
         cache.check_invariants()
 

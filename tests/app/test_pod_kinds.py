@@ -14,17 +14,10 @@ from allocator import AllocationResult, DeviceRequestAllocationResult, parse_dev
 from app.cluster.cache import ClusterCache
 from app.cluster.objects import claim_from_obj, node_from_obj, pod_from_obj
 from scoring.framework import SHARE_KIND, PodInfo
+from tests.app.cache_ops import POD_EVENTS, Clock, apply_pod_event
 from tests.conftest import DRIVER, claim_obj, node_obj, pod_obj, with_claims
 
 GPU = "nvidia.com/gpu"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def gpu_class(name: str = "gpu", resource: str | None = GPU) -> Any:
@@ -162,17 +155,8 @@ def test_any_order_of_events_keeps_kinds_exact(ops: list[tuple[str, int, int, st
         obj = pod_obj(f"p{index}", gpus=gpus if index == 3 else 0, node=node, uid=f"uid-{index}")
         pod = pod_from_obj(with_claims(obj, CLAIMS[index % 2], *CLAIMS[2:] if index >= 2 else ()))
         count, milli = SPECS[index]
-        if op == "upsert":
-            c.upsert_pod(pod)
-        elif op == "delete":
-            c.delete_pod(pod.uid)
-        elif op == "assume":
-            c.assume(pod, node or "g1")
-        elif op == "forget":
-            c.forget(pod.uid)
-        elif op == "expire":
-            clock.now += 61
-            c.expire()
+        if op in POD_EVENTS:
+            apply_pod_event(c, clock, op, pod, node)
         elif op == "claim":
             c.dra.upsert_claim(gpu_claim(name, count, milli, uid=f"{name}-{index}"))
         elif op == "allocate":

@@ -20,6 +20,7 @@ from app.cluster.requeue import (
     Requeuer,
 )
 from app.service import ExtenderService
+from tests.app.cache_ops import Clock
 from tests.conftest import (
     DRIVER,
     claim_obj,
@@ -31,14 +32,6 @@ from tests.conftest import (
     pod_obj,
     slice_obj,
 )
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class Requests:
@@ -59,7 +52,7 @@ class Requests:
 def _setup(after: float = 1.0) -> tuple[ExtenderService, Requeuer, Requests, Clock, list[tuple[str, str]]]:
     """One full 2-GPU node (pod "holder"); a requeuer on the service's cache with a fake clock."""
     service = make_service([node_obj("g1", gpus=2)], [pod_obj("holder", gpus=2, node="g1", uid="holder")])
-    clock = Clock()
+    clock = Clock(100.0)
     service.cache.clock = clock
     requests = Requests()
     outcomes: list[tuple[str, str]] = []
