@@ -83,3 +83,4 @@ def test_the_effective_profile_lets_the_extender_decide(cluster: Cluster) -> Non
     fit = next((c["args"] for c in profile["pluginConfig"] if c["name"] == "NodeResourcesFit"), {})
     assert GPU not in (fit.get("ignoredResources") or [])
     assert fit["scoringStrategy"]["type"] == "MostAllocated"
+    assert [r["name"] for r in fit["scoringStrategy"]["resources"]] == [GPU]  # GPUs only: cpu stays free

@@ -87,9 +87,11 @@ def test_the_shipped_profile_leaves_resource_scoring_to_the_extender() -> None:
     ]
     assert shipped.extender_weight == 200
     assert shipped.percentage_of_nodes_to_score == 100
-    # Only NodeResourcesFit (MostAllocated) is modelled: it breaks the extender's ties, towards the fuller node.
+    # Only NodeResourcesFit (MostAllocated on GPUs) is modelled: it breaks the extender's ties, towards
+    # the node with more GPUs in use.
     ((fit, weight),) = [(p.plugin, p.weight) for p in shipped.scoring().plugins]
     assert type(fit).__name__ == "NodeResourcesFit" and weight == 1
+    assert [r.name for r in shipped.fit_args.resources] == [GPU]
     # One priority step (10 x 200) outweighs every in-tree plugin left at its maximum (100 x 12).
     assert shipped.scoring().extender_points(1) > 100 * sum(p.weight for p in shipped.score_plugins)
 
