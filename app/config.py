@@ -17,6 +17,7 @@ from scoring.framework import ArgsError, ScorePlugin
 from scoring.managed_fit import ManagedResourcesFit
 from scoring.priority_scale import CANDIDATES, PriorityScale
 from scoring.profile import Profile, ScorePluginSpec, build_score_plugin
+from scoring.tie_break import TieBreak
 
 __all__ = ["API_VERSION", "KIND", "ConfigError", "ExtenderConfiguration", "PluginConfig", "load_config", "parse_config"]
 
@@ -186,6 +187,13 @@ class ExtenderConfiguration(_Strict):
         "nodes of the request: the best gets 10, every other node at most 9) or Absolute (each node alone, "
         "rounded to the nearest ten). See scoring/priority_scale.py.",
     )
+    tieBreak: dict[str, Any] | None = Field(
+        None,
+        description="Among the nodes the profile scores highest, which keep the best priority: unset, all of "
+        "them (kube-scheduler picks one at random); {mostAllocated: [nvidia.com/gpu]}, for a pod that asks for "
+        "one of those device resources, only the nodes whose devices would be most allocated after it. Needs "
+        "priorityScale: Candidates. See scoring/tie_break.py.",
+    )
     filterReturns: FilterReturns = Field(
         FEASIBLE,
         description="Which nodes /filter lets through: Feasible (every node that passes) or BestScored (only "
@@ -232,8 +240,18 @@ class ExtenderConfiguration(_Strict):
                 raise ValueError(f"plugins[{index}].name: duplicate plugin {plugin.name!r}")
             seen.add(plugin.name)
         self.build_profile()  # plugin args are validated by the plugins themselves
+        if self.tie_break() is not None and self.priorityScale != CANDIDATES:
+            raise ValueError(f"tieBreak: needs priorityScale: {CANDIDATES} (got {self.priorityScale})")
         self.queue_config()
         return self
+
+    def tie_break(self) -> TieBreak | None:
+        if self.tieBreak is None:
+            return None
+        try:
+            return TieBreak.parse(self.tieBreak)
+        except ArgsError as exc:
+            raise ValueError(str(exc)) from None
 
     def queue_config(self) -> QueueConfig | None:
         return None if self.queues is None else parse_queue_config(self.queues)

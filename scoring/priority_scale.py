@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from scoring.framework import MAX_EXTENDER_PRIORITY, MIN_EXTENDER_PRIORITY
+from scoring.tie_break import winners, winners_batch
 
 __all__ = [
     "ABSOLUTE",
@@ -28,6 +29,8 @@ __all__ = [
     "PriorityScale",
     "absolute",
     "absolute_batch",
+    "break_ties",
+    "break_ties_batch",
     "candidates",
     "candidates_batch",
     "scale",
@@ -99,3 +102,17 @@ def scale_batch(
     if kind == ABSOLUTE:
         return np.where(known, absolute_batch(node_scores), MIN_EXTENDER_PRIORITY)
     return candidates_batch(node_scores, known)
+
+
+def break_ties(priorities: Sequence[int], keys: Sequence[int]) -> list[int]:
+    """``Candidates`` priorities with the best nodes' tie broken (``scoring.tie_break``): of the nodes
+    at 10, those without the highest key drop to 9, level with the best of the rest."""
+    won = winners([p == MAX_EXTENDER_PRIORITY for p in priorities], keys)
+    demoted = MAX_EXTENDER_PRIORITY - 1
+    return [demoted if p == MAX_EXTENDER_PRIORITY and not w else p for p, w in zip(priorities, won, strict=True)]
+
+
+def break_ties_batch(priorities: npt.NDArray[np.int64], keys: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """``break_ties`` over arrays."""
+    best = priorities == MAX_EXTENDER_PRIORITY
+    return np.where(best & ~winners_batch(best, keys), MAX_EXTENDER_PRIORITY - 1, priorities)

@@ -10,8 +10,9 @@ so every baseline runs through the same filter → prioritize → bind code as t
   ``clustering`` (GpuClustering) and ``fgd`` (GpuFragmentation with the paper's sigmoid);
 * ``fgd-best-fit``: ours (README, Simulate): GpuFragmentation at an even resolution (15 expected
   milli-GPUs per point, weight 19) with BestFit (weight 1) breaking its near-ties;
-* ``shipped``: the plugins of ``deploy/extender-config.yaml`` as they are (ours with the openb
-  default trace's workload, and ScarceResourceAvoidance for pods that ask for no GPU).
+* ``shipped``: the plugins, ``priorityScale`` and ``tieBreak`` of ``deploy/extender-config.yaml`` as
+  they are (ours with the openb default trace's workload, ScarceResourceAvoidance for pods that ask
+  for no GPU, and the best nodes' ties broken towards the most allocated GPUs).
 
 The fragmentation plugins need the *target workload*: the trace's task types (cpu, per-GPU milli,
 GPU count), most frequent first until they cover 95 % of the pods, each with its pod count as
@@ -32,7 +33,15 @@ from app.yamlfile import read_yaml
 from simulator.metrics import POPULARITY, pod_milli
 from simulator.trace import GPU, SimPod
 
-__all__ = ["FIT_RESOURCES", "POLICIES", "policy_config", "policy_plugins", "workload"]
+__all__ = [
+    "FIT_RESOURCES",
+    "POLICIES",
+    "SHIPPED_SETTINGS",
+    "policy_config",
+    "policy_plugins",
+    "shipped_config",
+    "workload",
+]
 
 # The simulated cluster has no kube-scheduler in front: the extender checks cpu and memory too.
 FIT_RESOURCES = ("cpu", "memory", GPU)
@@ -72,13 +81,23 @@ def _fgd_best_fit(pods: Sequence[SimPod]) -> Plugins:
 SHIPPED_CONFIG = Path(__file__).resolve().parents[1] / "deploy" / "extender-config.yaml"
 
 
-def _shipped(_: Sequence[SimPod]) -> Plugins:
-    """The plugins of the shipped ConfigMap's ``config.yaml``."""
+def shipped_config() -> dict[str, Any]:
+    """The shipped ConfigMap's ``config.yaml``."""
     configmap = read_yaml(SHIPPED_CONFIG, "the shipped extender config", ValueError)
     try:
-        plugins: Plugins = yaml.safe_load(configmap["data"]["config.yaml"])["plugins"]
+        config = yaml.safe_load(configmap["data"]["config.yaml"])
+        config["plugins"]
     except (KeyError, TypeError, yaml.YAMLError) as exc:
         raise ValueError(f"{SHIPPED_CONFIG}: no data.config.yaml with plugins: {exc!r}") from None
+    return dict(config)
+
+
+# What ``shipped`` takes from the shipped config besides its plugins (what changes placement).
+SHIPPED_SETTINGS = ("priorityScale", "tieBreak")
+
+
+def _shipped(_: Sequence[SimPod]) -> Plugins:
+    plugins: Plugins = shipped_config()["plugins"]
     return plugins
 
 
@@ -113,4 +132,7 @@ def policy_config(base: ExtenderConfiguration, policy: str, pods: Sequence[SimPo
     data["managedResources"] = list(dict.fromkeys([*FIT_RESOURCES, *base.managed_resource_names]))
     if plugins is not None:
         data["plugins"] = plugins
+    if policy == "shipped":
+        shipped = shipped_config()
+        data.update({key: shipped.get(key) for key in SHIPPED_SETTINGS if key in shipped})
     return ExtenderConfiguration.model_validate(data)

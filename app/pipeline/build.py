@@ -28,7 +28,9 @@ def build_pipeline(
     cache.dra.proposal_ttl = config.dra.proposalTTLSeconds
     fairness = Fairness.attach(cache, config.queue_config(), wall_clock)
     profile = config.build_profile(FlavorFairness(fairness))
-    fit = ResourceFit(cache, profile, ManagedResourcesFit(config.managed_resource_names), config.priorityScale)
+    fit = ResourceFit(
+        cache, profile, ManagedResourcesFit(config.managed_resource_names), config.priorityScale, config.tie_break()
+    )
     participants: list[Participant] = [fit]
     # Pods with ResourceClaims are ours to allocate only when DRA is on and claims can be written.
     if config.dra.enabled and claim_writer is not None:

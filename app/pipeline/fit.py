@@ -26,6 +26,7 @@ from scoring.managed_fit import ManagedResourcesFit
 from scoring.priority_scale import PriorityScale
 from scoring.profile import Profile
 from scoring.table import Batch
+from scoring.tie_break import TieBreak, most_allocated, most_allocated_batch, winners_batch
 
 __all__ = ["ResourceFit"]
 
@@ -39,12 +40,14 @@ class ResourceFit(Participant):
         profile: Profile,
         fit: ManagedResourcesFit,
         scale: PriorityScale,
+        tie_break: TieBreak | None = None,
     ) -> None:
         self.cache = cache
         self.nodes = CandidateNodes(cache)
         self.profile = profile
         self.fit = fit
         self.scale = scale  # priorityScale: the profile's 0..100 node scores to /prioritize's 0..10
+        self.tie_break = tie_break  # which of the best nodes keep the best priority (None: all)
         self.claim_devices = ClaimDevices(cache.dra)  # what a pod's claims ask of extended resources
 
     # ------------------------------------------------------------------ filter
@@ -88,17 +91,43 @@ class ResourceFit(Participant):
                 scores[position], known[position] = self.profile.node_score(pod, node, plugin), True
         return scores, known
 
+    def tie_keys(self, pod: PodInfo, candidates: Candidates, batch: Batch | None) -> npt.NDArray[np.int64] | None:
+        """``tieBreak``'s key per candidate (-1 where the node cannot be read); None when there is no
+        tie-break for this pod."""
+        if self.tie_break is None:
+            return None
+        resources = self.tie_break.most_allocated
+        pod = self.claim_devices.with_claim_devices(pod)
+        if batch is not None and batch.known.all():
+            return most_allocated_batch(pod, batch, resources)
+        keys = []
+        for name in candidates.names:
+            node = self.nodes.node(pod, name, candidates.allocatable(name))
+            key = None if isinstance(node, Status) else most_allocated(pod, node, resources)
+            if key is None and not isinstance(node, Status):
+                return None  # the pod asks for none of the resources
+            keys.append(-1 if key is None else key)
+        return np.array(keys, dtype=np.int64)
+
     def priorities(self, pod: PodInfo, candidates: Candidates, batch: Batch | None, plugin: str | None) -> list[int]:
-        """0..10 per candidate: the node scores through the configured priority scale."""
+        """0..10 per candidate: the node scores through the configured priority scale, the best nodes'
+        tie broken by ``tieBreak`` (not for one plugin's scores alone)."""
         scores, known = self.node_scores(pod, candidates, batch, plugin)
-        result: list[int] = priority_scale.scale_batch(self.scale, scores, known).tolist()
+        priorities = priority_scale.scale_batch(self.scale, scores, known)
+        keys = None if plugin is not None else self.tie_keys(pod, candidates, batch)
+        if keys is not None:
+            priorities = priority_scale.break_ties_batch(priorities, keys)
+        result: list[int] = priorities.tolist()
         return result
 
     def best_scored(self, pod: PodInfo, candidates: Candidates, batch: Batch | None) -> list[str]:
-        """``filterReturns: BestScored``: the candidates the profile scores highest (prioritize then
-        asks about these, so the table remembers their rows)."""
+        """``filterReturns: BestScored``: the candidates the profile scores highest, after ``tieBreak``
+        (prioritize then asks about these, so the table remembers their rows)."""
         scores, known = self.node_scores(pod, candidates, batch, None)
         keep = best_scored_batch(scores, known)
+        keys = self.tie_keys(pod, candidates, batch)
+        if keys is not None:
+            keep = winners_batch(keep, keys)
         best = [name for name, kept in zip(candidates.names, keep.tolist(), strict=True) if kept]
         if batch is not None and batch.known.all():
             self.cache.table.remember(best, batch.rows[keep])
@@ -142,6 +171,9 @@ class ResourceFit(Participant):
         }
         ranked = list(scores)
         scaled = priority_scale.scale(self.scale, [scores[name].node_score for name in ranked])
+        keys = self._explain_keys(pod, verdicts)
+        if keys is not None:
+            scaled = priority_scale.break_ties(scaled, [keys[name] for name in ranked])
         priorities = dict(zip(ranked, scaled, strict=True))
         entries = []
         for name, node, status in verdicts:
@@ -155,6 +187,7 @@ class ResourceFit(Participant):
                     scores=dict(score.plugin_scores),
                     nodeScore=score.node_score,
                     score=priorities.get(name),
+                    **({} if keys is None else {"tieKey": keys[name]}),
                     managed={
                         r: {
                             "allocatable": node.allocatable.get(r, 0),
@@ -166,3 +199,18 @@ class ResourceFit(Participant):
                 )
             entries.append(entry)
         return entries
+
+    def _explain_keys(
+        self, pod: PodInfo, verdicts: Sequence[tuple[str, NodeInfo | None, Status]]
+    ) -> dict[str, int] | None:
+        """``tieBreak``'s key per node that could be read; None without a tie-break for this pod."""
+        if self.tie_break is None:
+            return None
+        keys = {}
+        for name, node, _ in verdicts:
+            if node is not None:
+                key = most_allocated(pod, node, self.tie_break.most_allocated)
+                if key is None:
+                    return None
+                keys[name] = key
+        return keys

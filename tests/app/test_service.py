@@ -239,10 +239,11 @@ def _example_cluster_service(config: dict[str, Any] | None = None) -> ExtenderSe
     return ExtenderService(parse_config(config or {}), cache, SnapshotBinder(cache))
 
 
+@pytest.mark.parametrize("tie_break", [None, {"mostAllocated": ["nvidia.com/gpu"]}])
 @pytest.mark.parametrize("gpus", [0, 1, 2, 4, 8, 9])
-def test_batch_answers_match_explain_on_the_example_cluster(gpus: int) -> None:
+def test_batch_answers_match_explain_on_the_example_cluster(gpus: int, tie_break: dict[str, Any] | None) -> None:
     """/filter and /prioritize (batched) agree with /debug/explain (one node at a time)."""
-    service = _example_cluster_service()
+    service = _example_cluster_service({"tieBreak": tie_break})
     cache = service.cache
     names = [*sorted(cache.nodes), "ghost"]
     body = filter_body(pod_obj("p", gpus=gpus, cpu="8", memory="32Gi"), names)
@@ -335,6 +336,49 @@ def test_filter_failures_when_unschedulable_names_reasons_only_when_no_node_pass
     assert lean_fits["NodeNames"] == always_fits["NodeNames"] == ["g1"]
     assert lean_fits["FailedNodes"] == {} and lean_fits["FailedAndUnresolvableNodes"] == {}
     assert lean_none == always_none and len(lean_none["FailedAndUnresolvableNodes"]) == 3
+
+
+def test_tie_break_keeps_the_best_nodes_with_the_most_allocated_gpus() -> None:
+    """``tieBreak``: nodes the profile scores alike (no score plugins here: all of them) keep 10 only
+    where the GPUs would be most allocated after the pod; BestScored passes only those, and explain
+    shows the same. A pod that asks for no GPU is left to kube-scheduler's pick."""
+    from app.config import parse_config
+
+    nodes = [node_obj("empty"), node_obj("used"), node_obj("fuller", gpus=16)]
+    pods = [pod_obj("a", gpus=1, node="used"), pod_obj("b", gpus=2, node="fuller")]
+    config = {"plugins": [], "filterReturns": "BestScored", "tieBreak": {"mostAllocated": ["nvidia.com/gpu"]}}
+    service = make_service(nodes, pods, parse_config(config))
+    names = ["empty", "used", "fuller"]
+    pod = pod_obj("p", gpus=1)
+    # after the pod: 1/8 = 12, 2/8 = 25, 3/16 = 18
+    priorities = json.loads(wire.encode(service.prioritize(filter_body(pod, names))))
+    assert {s["Host"]: s["Score"] for s in priorities} == {"empty": 9, "used": 10, "fuller": 9}
+    assert _filter(service, pod, names)["NodeNames"] == ["used"]
+    explained = {n["name"]: n for n in service.explain(filter_body(pod, names))["nodes"]}
+    assert {n: (e["score"], e["tieKey"]) for n, e in explained.items()} == {
+        "empty": (9, 12),
+        "used": (10, 25),
+        "fuller": (9, 18),
+    }
+    cpu_pod = pod_obj("c")
+    assert _filter(service, cpu_pod, names)["NodeNames"] == names
+    assert "tieKey" not in service.explain(filter_body(cpu_pod, names))["nodes"][0]
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"priorityScale": "Absolute", "tieBreak": {"mostAllocated": ["nvidia.com/gpu"]}}, "tieBreak: needs"),
+        ({"tieBreak": {"mostAllocated": ["memory"]}}, "tieBreak.mostAllocated[0]: 'memory' is not a device"),
+        ({"tieBreak": {"most": ["nvidia.com/gpu"]}}, "tieBreak: unknown field(s) ['most']"),
+    ],
+)
+def test_tie_break_is_validated(config: dict[str, Any], message: str) -> None:
+    from app.config import ConfigError, parse_config
+
+    with pytest.raises(ConfigError) as error:
+        parse_config(config)
+    assert message in str(error.value)
 
 
 def test_filter_failures_is_validated() -> None:

@@ -443,3 +443,31 @@ def test_a_pod_asking_nvidia_gpu_gets_dra_devices_through_the_special_claim(grou
         assert (group.get_pod("more") or {})["spec"].get("nodeName") is None
     finally:
         _cleanup(group, driver)
+
+
+def test_claim_pods_pack_onto_one_dra_node(group: Group) -> None:
+    """The shipped tieBreak (mostAllocated: nvidia.com/gpu): pods whose GPUs come through ResourceClaims
+    pack like device-plugin pods (test_placement). kube-scheduler's NodeResourcesFit sees no GPU request
+    in their containers, and on two empty 8-GPU, 64-core nodes the shipped workload's types cannot tell
+    an empty node from a used one, so without the extender's tie-break its random pick spreads them."""
+    driver = _device_class(group, extended_resource_name="nvidia.com/gpu")
+    nodes = [group.node(suffix, gpus=None) for suffix in ("a", "b")]
+    try:
+        for node in nodes:
+            pool = {"name": node, "generation": 1, "resourceSliceCount": 1}
+            spec = {"pool": pool, "devices": [{"name": f"gpu-{i}"} for i in range(8)]}
+            group.api.create(f"{RESOURCE}/resourceslices", _slice(f"{node}-gpus", driver, node, spec))
+        names = [f"p{i}" for i in range(6)]
+        for name in names:
+            _claim_with(group, name, {"deviceClassName": driver, "count": 1})
+            group.pod(name, claims=[{"name": "gpu", "resourceClaimName": name}])
+        placed = group.wait_bound(*names)
+        assert len(set(placed.values())) == 1, placed
+        # The other node is still whole: a claim for all 8 of its GPUs is allocated there.
+        _claim_with(group, "whole", {"deviceClassName": driver, "count": 8})
+        group.pod("whole", claims=[{"name": "gpu", "resourceClaimName": "whole"}])
+        (node,) = group.wait_bound("whole").values()
+        assert node != next(iter(placed.values()))
+        assert len(_allocated_devices(_claim(group, "whole"))) == 8
+    finally:
+        _cleanup(group, driver)

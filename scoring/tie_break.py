@@ -1,0 +1,106 @@
+"""Breaking the profile's ties among its best nodes: towards the node whose devices are most allocated.
+
+kube-scheduler takes the highest total and picks at random among equal ones. The profile's weighted
+mean is an integer, so nodes it cannot tell apart are common: two empty nodes of one kind, or an
+empty node and a used one when no type of the target workload fits either (GpuFragmentation scores
+them the same, and BestFit's few points vanish in the mean). The random pick then spreads GPU pods
+over such nodes. kube-scheduler's own NodeResourcesFit (MostAllocated) can break the tie for a pod
+that requests ``nvidia.com/gpu`` in its containers, but sees nothing of a pod whose GPUs come
+through ResourceClaims.
+
+``tieBreak.mostAllocated`` names device resources. For a pod that asks for any of them (in its
+containers or its claims), among the nodes the profile scores highest only those whose devices would
+be most allocated after the pod keep the best priority (``scoring.priority_scale``) and pass
+``filterReturns: BestScored``. Per resource, MostAllocated over the per-device view
+(``scoring.devices``): ``min(used + pod, total) * 100 // total`` in milli-devices, where ``total`` is
+1000 per device on the node; the key is the mean over the resources the pod asks for. A pod that asks
+for none of them is left to kube-scheduler, as without a tie-break.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from scoring.devices import pod_devices
+from scoring.framework import MAX_NODE_SCORE, MILLI_DEVICES, ArgsError, NodeInfo, PodInfo, reject_unknown_fields
+from scoring.table import Batch, BoolArray, Int64Array
+
+__all__ = ["NATIVE_RESOURCES", "TieBreak", "most_allocated", "most_allocated_batch", "winners", "winners_batch"]
+
+# Not device resources: the per-device view has no meaning for them.
+NATIVE_RESOURCES = frozenset({"cpu", "memory", "pods", "ephemeral-storage"})
+
+
+@dataclass(frozen=True, slots=True)
+class TieBreak:
+    most_allocated: tuple[str, ...]
+
+    @classmethod
+    def parse(cls, raw: Any, path: str = "tieBreak") -> TieBreak:
+        if not isinstance(raw, Mapping):
+            raise ArgsError(f"{path}: must be a mapping with 'mostAllocated' (a list of device resource names)")
+        reject_unknown_fields(raw, path, ("mostAllocated",))
+        names = raw.get("mostAllocated")
+        if not isinstance(names, list) or not names:
+            raise ArgsError(f"{path}.mostAllocated: must be a non-empty list of device resource names, got {names!r}")
+        for index, name in enumerate(names):
+            where = f"{path}.mostAllocated[{index}]"
+            if not isinstance(name, str) or not name:
+                raise ArgsError(f"{where}: must be a non-empty resource name, got {name!r}")
+            if name in NATIVE_RESOURCES or name.startswith("hugepages-"):
+                raise ArgsError(f"{where}: {name!r} is not a device resource (one such as nvidia.com/gpu)")
+            if name in names[:index]:
+                raise ArgsError(f"{where}: duplicate resource name {name!r}")
+        return cls(tuple(names))
+
+
+def _score(used: int, total: int) -> int:
+    return min(used, total) * MAX_NODE_SCORE // total if total > 0 else 0
+
+
+def most_allocated(pod: PodInfo, node: NodeInfo, resources: Sequence[str]) -> int | None:
+    """The tie key of ``node`` (the definition); None when the pod asks for none of ``resources``."""
+    scores = []
+    for resource in resources:
+        demand = pod_devices(pod, resource)
+        if demand.count == 0:
+            continue
+        devices = [free for free in node.devices_free(resource) if free >= 0]
+        total = MILLI_DEVICES * len(devices)
+        scores.append(_score(total - sum(devices) + demand.total, total))
+    return sum(scores) // len(scores) if scores else None
+
+
+def most_allocated_batch(pod: PodInfo, batch: Batch, resources: Sequence[str]) -> Int64Array | None:
+    """``most_allocated`` for every node of ``batch``; None when the pod asks for none of ``resources``."""
+    total_scores = np.zeros(len(batch), dtype=np.int64)
+    asked = 0
+    for resource in resources:
+        demand = pod_devices(pod, resource)
+        if demand.count == 0:
+            continue
+        free = batch.devices_free(resource)
+        present = free >= 0
+        total = MILLI_DEVICES * present.sum(axis=1)
+        used = total - np.where(present, free, 0).sum(axis=1) + demand.total
+        total_scores += np.where(total > 0, np.minimum(used, total) * MAX_NODE_SCORE // np.maximum(total, 1), 0)
+        asked += 1
+    return total_scores // asked if asked else None
+
+
+def winners(best: Sequence[bool], keys: Sequence[int]) -> list[bool]:
+    """Among the ``best`` nodes, those with the highest key (the others are not winners)."""
+    top = max((key for is_best, key in zip(best, keys, strict=True) if is_best), default=None)
+    return [is_best and key == top for is_best, key in zip(best, keys, strict=True)]
+
+
+def winners_batch(best: BoolArray, keys: Int64Array) -> BoolArray:
+    """``winners`` over arrays."""
+    if not best.any():
+        return best
+    result: BoolArray = best & (keys == keys[best].max())
+    return result

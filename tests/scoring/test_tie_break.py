@@ -1,0 +1,102 @@
+"""tieBreak: the best nodes' tie broken towards the most allocated devices. Hand-worked keys, args
+errors naming the field, the batch twin equal to the scalar definition (hypothesis), and the
+priorities and BestScored nodes it leaves."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scoring.best_scored import best_scored
+from scoring.framework import ArgsError, NodeInfo, PodInfo
+from scoring.priority_scale import break_ties, break_ties_batch, candidates
+from scoring.resources import PodResources
+from scoring.table import NodeTable
+from scoring.tie_break import TieBreak, most_allocated, most_allocated_batch, winners, winners_batch
+from tests.scoring.test_gpu_sharing_plugins import GPU, claim_pod, dra_node, gpu_nodes, gpu_pods, plugin_node
+
+RESOURCES = (GPU,)
+
+
+def test_key_is_most_allocated_after_the_pod_in_milli_devices() -> None:
+    # 8 devices, 1.46 used; a 500-milli share: (1460 + 500) * 100 // 8000 = 24
+    assert most_allocated(claim_pod(1, 500), dra_node([1000, 460, 0, 0, 0, 0, 0, 0]), RESOURCES) == 24
+    # device plugin: 1 of 8 used, a 1-GPU pod: 2000 * 100 // 8000 = 25; an empty node 12
+    one_gpu = PodInfo("u", "ns", "p", PodResources({"cpu": 1000, GPU: 1}, 1000, 0))
+    assert most_allocated(one_gpu, plugin_node(8, 1), RESOURCES) == 25
+    assert most_allocated(one_gpu, plugin_node(8, 0), RESOURCES) == 12
+    assert most_allocated(one_gpu, plugin_node(0, 0), RESOURCES) == 0  # no such device there
+    assert most_allocated(one_gpu, plugin_node(2, 2), RESOURCES) == 100  # capped at the node's total
+
+
+def test_no_key_for_a_pod_that_asks_for_none_of_the_resources() -> None:
+    cpu_pod = PodInfo("u", "ns", "p", PodResources({"cpu": 1000}, 1000, 0))
+    assert most_allocated(cpu_pod, plugin_node(8, 1), RESOURCES) is None
+    table = NodeTable(capacity=2)
+    table.upsert(replace(plugin_node(8, 1), name="n0"))
+    batch = table.batch(["n0"])
+    assert batch is not None
+    assert most_allocated_batch(cpu_pod, batch, RESOURCES) is None
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ([GPU], "tieBreak: must be a mapping with 'mostAllocated'"),
+        ({"mostAllocated": []}, "tieBreak.mostAllocated: must be a non-empty list"),
+        ({"mostAllocated": GPU}, "tieBreak.mostAllocated: must be a non-empty list"),
+        ({"mostAllocated": [GPU, ""]}, "tieBreak.mostAllocated[1]: must be a non-empty resource name"),
+        ({"mostAllocated": ["cpu"]}, "tieBreak.mostAllocated[0]: 'cpu' is not a device resource"),
+        ({"mostAllocated": [GPU, GPU]}, "tieBreak.mostAllocated[1]: duplicate resource name"),
+        ({"mostAllocated": [GPU], "leastAllocated": [GPU]}, "tieBreak: unknown field(s) ['leastAllocated']"),
+    ],
+)
+def test_args_errors_name_the_field(raw: Any, message: str) -> None:
+    with pytest.raises(ArgsError) as error:
+        TieBreak.parse(raw)
+    assert message in str(error.value)
+
+
+def test_only_the_best_nodes_with_the_highest_key_keep_10() -> None:
+    # Scores 80, 80, 80, 70: the three best get 10; keys 25, 37, 37, 90 leave 10 to the two at 37.
+    priorities = candidates([80, 80, 80, 70])
+    assert priorities == [10, 10, 10, 0]
+    assert break_ties(priorities, [25, 37, 37, 90]) == [9, 10, 10, 0]  # a node below the best never wins
+    assert winners(best_scored([80, 80, 80, 70]), [25, 37, 37, 90]) == [False, True, True, False]
+    assert break_ties([10, 10], [12, 12]) == [10, 10]  # still tied: kube-scheduler picks
+    assert break_ties([], []) == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(gpu_pods(), st.lists(gpu_nodes(), min_size=1, max_size=10))
+def test_batch_equals_scalar(pod: PodInfo, node_list: list[NodeInfo]) -> None:
+    table = NodeTable(capacity=2)
+    named = [replace(n, name=f"n{i}") for i, n in enumerate(node_list)]
+    for node in named:
+        table.upsert(node)
+    batch = table.batch([n.name for n in named])
+    assert batch is not None
+    keys = most_allocated_batch(pod, batch, RESOURCES)
+    scalar = [most_allocated(pod, node, RESOURCES) for node in named]
+    if keys is None:
+        assert scalar == [None] * len(named)
+    else:
+        assert keys.tolist() == scalar
+        assert all(0 <= k <= 100 for k in scalar if k is not None)
+
+
+@given(st.lists(st.tuples(st.integers(0, 10), st.integers(-1, 100)), max_size=30))
+def test_break_ties_batch_equals_scalar_and_keeps_a_winner(pairs: list[tuple[int, int]]) -> None:
+    priorities = [p for p, _ in pairs]
+    keys = [k for _, k in pairs]
+    broken = break_ties(priorities, keys)
+    assert break_ties_batch(np.array(priorities, dtype=np.int64), np.array(keys, dtype=np.int64)).tolist() == broken
+    assert (10 in broken) == (10 in priorities)  # some best node keeps 10
+    assert all(b == p or (p == 10 and b == 9) for p, b in zip(priorities, broken, strict=True))
+    best = [p == 10 for p in priorities]
+    assert winners_batch(np.array(best), np.array(keys, dtype=np.int64)).tolist() == winners(best, keys)
