@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from scoring.framework import MAX_EXTENDER_PRIORITY, MIN_EXTENDER_PRIORITY
-from scoring.tie_break import winners, winners_batch
+from scoring.tie_break import winners
 
 __all__ = [
     "ABSOLUTE",
@@ -30,7 +30,6 @@ __all__ = [
     "absolute",
     "absolute_batch",
     "break_ties",
-    "break_ties_batch",
     "candidates",
     "candidates_batch",
     "scale",
@@ -110,9 +109,3 @@ def break_ties(priorities: Sequence[int], keys: Sequence[int]) -> list[int]:
     won = winners([p == MAX_EXTENDER_PRIORITY for p in priorities], keys)
     demoted = MAX_EXTENDER_PRIORITY - 1
     return [demoted if p == MAX_EXTENDER_PRIORITY and not w else p for p, w in zip(priorities, won, strict=True)]
-
-
-def break_ties_batch(priorities: npt.NDArray[np.int64], keys: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    """``break_ties`` over arrays."""
-    best = priorities == MAX_EXTENDER_PRIORITY
-    return np.where(best & ~winners_batch(best, keys), MAX_EXTENDER_PRIORITY - 1, priorities)

@@ -27,9 +27,9 @@ import numpy as np
 
 from scoring.devices import pod_devices
 from scoring.framework import MAX_NODE_SCORE, MILLI_DEVICES, ArgsError, NodeInfo, PodInfo, reject_unknown_fields
-from scoring.table import Batch, BoolArray, Int64Array
+from scoring.table import Batch, Int64Array
 
-__all__ = ["NATIVE_RESOURCES", "TieBreak", "most_allocated", "most_allocated_batch", "winners", "winners_batch"]
+__all__ = ["NATIVE_RESOURCES", "TieBreak", "most_allocated", "most_allocated_batch", "winners"]
 
 # Not device resources: the per-device view has no meaning for them.
 NATIVE_RESOURCES = frozenset({"cpu", "memory", "pods", "ephemeral-storage"})
@@ -96,11 +96,3 @@ def winners(best: Sequence[bool], keys: Sequence[int]) -> list[bool]:
     """Among the ``best`` nodes, those with the highest key (the others are not winners)."""
     top = max((key for is_best, key in zip(best, keys, strict=True) if is_best), default=None)
     return [is_best and key == top for is_best, key in zip(best, keys, strict=True)]
-
-
-def winners_batch(best: BoolArray, keys: Int64Array) -> BoolArray:
-    """``winners`` over arrays."""
-    if not best.any():
-        return best
-    result: BoolArray = best & (keys == keys[best].max())
-    return result

@@ -21,12 +21,12 @@ from app.pipeline.framework import BindCycle, FilterCycle, Participant, Refusal
 from app.pipeline.nodes import CandidateNodes
 from scoring import priority_scale
 from scoring.best_scored import best_scored_batch
-from scoring.framework import NodeInfo, PodInfo, Status
+from scoring.framework import MAX_EXTENDER_PRIORITY, NodeInfo, PodInfo, Status
 from scoring.managed_fit import ManagedResourcesFit
 from scoring.priority_scale import PriorityScale
 from scoring.profile import Profile
-from scoring.table import Batch
-from scoring.tie_break import TieBreak, most_allocated, most_allocated_batch, winners_batch
+from scoring.table import Batch, BoolArray
+from scoring.tie_break import TieBreak, most_allocated, most_allocated_batch
 
 __all__ = ["ResourceFit"]
 
@@ -91,32 +91,42 @@ class ResourceFit(Participant):
                 scores[position], known[position] = self.profile.node_score(pod, node, plugin), True
         return scores, known
 
-    def tie_keys(self, pod: PodInfo, candidates: Candidates, batch: Batch | None) -> npt.NDArray[np.int64] | None:
-        """``tieBreak``'s key per candidate (-1 where the node cannot be read); None when there is no
-        tie-break for this pod."""
-        if self.tie_break is None:
-            return None
+    def break_ties(self, pod: PodInfo, candidates: Candidates, batch: Batch | None, best: BoolArray) -> BoolArray:
+        """Of the ``best`` candidates, those that keep the best priority after ``tieBreak`` (all of them
+        without one, or for a pod that asks for none of its resources). Keys are worked out for the
+        best candidates only."""
+        if self.tie_break is None or np.count_nonzero(best) < 2:
+            return best
         resources = self.tie_break.most_allocated
         pod = self.claim_devices.with_claim_devices(pod)
-        if batch is not None and batch.known.all():
-            return most_allocated_batch(pod, batch, resources)
-        keys = []
-        for name in candidates.names:
-            node = self.nodes.node(pod, name, candidates.allocatable(name))
-            key = None if isinstance(node, Status) else most_allocated(pod, node, resources)
-            if key is None and not isinstance(node, Status):
-                return None  # the pod asks for none of the resources
-            keys.append(-1 if key is None else key)
-        return np.array(keys, dtype=np.int64)
+        positions = np.flatnonzero(best)
+        keys: npt.NDArray[np.int64] | None
+        if batch is not None and batch.known[positions].all():
+            keys = most_allocated_batch(pod, batch.subset(best), resources)
+        else:
+            scalar = []
+            for position in positions.tolist():
+                name = candidates.names[position]
+                node = self.nodes.node(pod, name, candidates.allocatable(name))
+                key = None if isinstance(node, Status) else most_allocated(pod, node, resources)
+                if key is None and not isinstance(node, Status):
+                    return best  # the pod asks for none of the resources
+                scalar.append(-1 if key is None else key)
+            keys = np.array(scalar, dtype=np.int64)
+        if keys is None:
+            return best
+        won = np.zeros(len(best), dtype=np.bool_)
+        won[positions[keys == keys.max()]] = True
+        return won
 
     def priorities(self, pod: PodInfo, candidates: Candidates, batch: Batch | None, plugin: str | None) -> list[int]:
-        """0..10 per candidate: the node scores through the configured priority scale, the best nodes'
-        tie broken by ``tieBreak`` (not for one plugin's scores alone)."""
+        """0..10 per candidate: the node scores through the configured priority scale; of the best
+        nodes, those ``tieBreak`` leaves out get 9 (not for one plugin's scores alone)."""
         scores, known = self.node_scores(pod, candidates, batch, plugin)
         priorities = priority_scale.scale_batch(self.scale, scores, known)
-        keys = None if plugin is not None else self.tie_keys(pod, candidates, batch)
-        if keys is not None:
-            priorities = priority_scale.break_ties_batch(priorities, keys)
+        if plugin is None and self.tie_break is not None:
+            best = priorities == MAX_EXTENDER_PRIORITY
+            priorities[best & ~self.break_ties(pod, candidates, batch, best)] = MAX_EXTENDER_PRIORITY - 1
         result: list[int] = priorities.tolist()
         return result
 
@@ -124,10 +134,7 @@ class ResourceFit(Participant):
         """``filterReturns: BestScored``: the candidates the profile scores highest, after ``tieBreak``
         (prioritize then asks about these, so the table remembers their rows)."""
         scores, known = self.node_scores(pod, candidates, batch, None)
-        keep = best_scored_batch(scores, known)
-        keys = self.tie_keys(pod, candidates, batch)
-        if keys is not None:
-            keep = winners_batch(keep, keys)
+        keep = self.break_ties(pod, candidates, batch, best_scored_batch(scores, known))
         best = [name for name, kept in zip(candidates.names, keep.tolist(), strict=True) if kept]
         if batch is not None and batch.known.all():
             self.cache.table.remember(best, batch.rows[keep])

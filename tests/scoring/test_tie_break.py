@@ -7,17 +7,16 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scoring.best_scored import best_scored
 from scoring.framework import ArgsError, NodeInfo, PodInfo
-from scoring.priority_scale import break_ties, break_ties_batch, candidates
+from scoring.priority_scale import break_ties, candidates
 from scoring.resources import PodResources
 from scoring.table import NodeTable
-from scoring.tie_break import TieBreak, most_allocated, most_allocated_batch, winners, winners_batch
+from scoring.tie_break import TieBreak, most_allocated, most_allocated_batch, winners
 from tests.scoring.test_gpu_sharing_plugins import GPU, claim_pod, dra_node, gpu_nodes, gpu_pods, plugin_node
 
 RESOURCES = (GPU,)
@@ -91,12 +90,11 @@ def test_batch_equals_scalar(pod: PodInfo, node_list: list[NodeInfo]) -> None:
 
 
 @given(st.lists(st.tuples(st.integers(0, 10), st.integers(-1, 100)), max_size=30))
-def test_break_ties_batch_equals_scalar_and_keeps_a_winner(pairs: list[tuple[int, int]]) -> None:
+def test_break_ties_keeps_a_winner_and_demotes_only_best_nodes(pairs: list[tuple[int, int]]) -> None:
     priorities = [p for p, _ in pairs]
     keys = [k for _, k in pairs]
     broken = break_ties(priorities, keys)
-    assert break_ties_batch(np.array(priorities, dtype=np.int64), np.array(keys, dtype=np.int64)).tolist() == broken
     assert (10 in broken) == (10 in priorities)  # some best node keeps 10
     assert all(b == p or (p == 10 and b == 9) for p, b in zip(priorities, broken, strict=True))
-    best = [p == 10 for p in priorities]
-    assert winners_batch(np.array(best), np.array(keys, dtype=np.int64)).tolist() == winners(best, keys)
+    top = max((k for p, k in pairs if p == 10), default=None)
+    assert all((b == 10) == (p == 10 and k == top) for (p, k), b in zip(pairs, broken, strict=True))
