@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from scoring.framework import NodeInfo, PodInfo
 from scoring.resources import pod_resources
+from scoring.table import Batch, NodeTable
 
 
 def ctr(requests: dict[str, Any] | None = None, *, name: str = "c", sidecar: bool = False) -> dict[str, Any]:
@@ -44,3 +46,15 @@ def node(
         non_zero_memory=requested.get("memory", 0) if non_zero_memory is None else non_zero_memory,
         allocatable_types=NodeInfo.types_of(allocatable),
     )
+
+
+def named_batch(node_list: Sequence[NodeInfo]) -> tuple[list[NodeInfo], Batch]:
+    """``node_list`` named n0, n1, ... in a small node table (its rows grow while upserting), and the
+    batch of all of them in that order."""
+    table = NodeTable(capacity=2)
+    named = [replace(n, name=f"n{i}") for i, n in enumerate(node_list)]
+    for item in named:
+        table.upsert(item)
+    batch = table.batch([n.name for n in named])
+    assert batch is not None
+    return named, batch

@@ -4,7 +4,6 @@ the scalar definitions on random per-device states (hypothesis)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -19,7 +18,7 @@ from scoring.framework import MILLI_DEVICES, ArgsError, NodeInfo, PodInfo, Score
 from scoring.gpu_packing import GpuPacking, GpuPackingArgs
 from scoring.profile import build_score_plugin
 from scoring.resources import PodResources
-from scoring.table import NodeTable
+from tests.scoring.builders import named_batch
 
 GPU = "nvidia.com/gpu"
 WORKLOAD = [
@@ -211,12 +210,7 @@ def test_batch_equals_scalar(plugin: ScorePlugin, pod: PodInfo, node_list: list[
 
 def assert_batch_equals_scalar(plugin: ScorePlugin, pod: PodInfo, node_list: list[NodeInfo]) -> None:
     """The plugin's batch scores over a table of ``node_list`` are its scalar scores, in 0..100."""
-    table = NodeTable(capacity=2)
-    named = [replace(n, name=f"n{i}") for i, n in enumerate(node_list)]
-    for node in named:
-        table.upsert(node)
-    batch = table.batch([n.name for n in named])
-    assert batch is not None
+    named, batch = named_batch(node_list)
     scores = plugin.score_batch(pod, batch)
     assert scores is not None
     assert scores.tolist() == [plugin.score(pod, node) for node in named]

@@ -4,7 +4,6 @@ priorities and BestScored nodes it leaves."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -15,8 +14,8 @@ from scoring.best_scored import best_scored
 from scoring.framework import ArgsError, NodeInfo, PodInfo
 from scoring.priority_scale import break_ties, candidates
 from scoring.resources import PodResources
-from scoring.table import NodeTable
 from scoring.tie_break import TieBreak, most_allocated, most_allocated_batch, winners
+from tests.scoring.builders import named_batch
 from tests.scoring.test_gpu_sharing_plugins import GPU, claim_pod, dra_node, gpu_nodes, gpu_pods, plugin_node
 
 RESOURCES = (GPU,)
@@ -36,10 +35,7 @@ def test_key_is_most_allocated_after_the_pod_in_milli_devices() -> None:
 def test_no_key_for_a_pod_that_asks_for_none_of_the_resources() -> None:
     cpu_pod = PodInfo("u", "ns", "p", PodResources({"cpu": 1000}, 1000, 0))
     assert most_allocated(cpu_pod, plugin_node(8, 1), RESOURCES) is None
-    table = NodeTable(capacity=2)
-    table.upsert(replace(plugin_node(8, 1), name="n0"))
-    batch = table.batch(["n0"])
-    assert batch is not None
+    _, batch = named_batch([plugin_node(8, 1)])
     assert most_allocated_batch(cpu_pod, batch, RESOURCES) is None
 
 
@@ -74,12 +70,7 @@ def test_only_the_best_nodes_with_the_highest_key_keep_10() -> None:
 @settings(max_examples=200, deadline=None)
 @given(gpu_pods(), st.lists(gpu_nodes(), min_size=1, max_size=10))
 def test_batch_equals_scalar(pod: PodInfo, node_list: list[NodeInfo]) -> None:
-    table = NodeTable(capacity=2)
-    named = [replace(n, name=f"n{i}") for i, n in enumerate(node_list)]
-    for node in named:
-        table.upsert(node)
-    batch = table.batch([n.name for n in named])
-    assert batch is not None
+    named, batch = named_batch(node_list)
     keys = most_allocated_batch(pod, batch, RESOURCES)
     scalar = [most_allocated(pod, node, RESOURCES) for node in named]
     if keys is None:
