@@ -11,9 +11,11 @@ through ResourceClaims.
 ``tieBreak.mostAllocated`` names device resources. For a pod that asks for any of them (in its
 containers or its claims), among the nodes the profile scores highest only those whose devices would
 be most allocated after the pod keep the best priority (``scoring.priority_scale``) and pass
-``filterReturns: BestScored``. Per resource, MostAllocated over the per-device view
-(``scoring.devices``): ``min(used + pod, total) * 100 // total`` in milli-devices, where ``total`` is
-1000 per device on the node; the key is the mean over the resources the pod asks for. A pod that asks
+``filterReturns: BestScored``. Per resource, MostAllocated in milli-devices:
+``min(used + pod, total) * 100 // total``, where ``used`` and ``total`` are DRA's per-device use and
+1000 per published device where DRA serves the resource (``NodeInfo.fit_amounts``), and 1000 per
+requested and per allocatable device of the device plugin otherwise; the key is the mean over the
+resources the pod asks for. A pod that asks
 for none of them is left to kube-scheduler, as without a tie-break.
 """
 
@@ -24,12 +26,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from scoring.devices import pod_devices
 from scoring.framework import MAX_NODE_SCORE, MILLI_DEVICES, ArgsError, NodeInfo, PodInfo, reject_unknown_fields
 from scoring.table import Batch, Int64Array
 
-__all__ = ["NATIVE_RESOURCES", "TieBreak", "most_allocated", "most_allocated_batch", "winners"]
+IntpArray = npt.NDArray[np.intp]
+
+__all__ = ["NATIVE_RESOURCES", "TieBreak", "asks_for_any", "most_allocated", "most_allocated_batch", "winners"]
 
 # Not device resources: the per-device view has no meaning for them.
 NATIVE_RESOURCES = frozenset({"cpu", "memory", "pods", "ephemeral-storage"})
@@ -58,8 +63,18 @@ class TieBreak:
         return cls(tuple(names))
 
 
-def _score(used: int, total: int) -> int:
-    return min(used, total) * MAX_NODE_SCORE // total if total > 0 else 0
+def _amounts(node: NodeInfo, resource: str) -> tuple[int, int]:
+    """(in use, total) milli-devices of ``resource`` on ``node``: DRA's per-device use where DRA
+    serves it, whole devices of the device plugin otherwise."""
+    requested, allocatable = node.fit_amounts(resource, 0)
+    if node.dra_allocatable.get(resource, 0) > 0:
+        return requested, allocatable
+    return requested * MILLI_DEVICES, allocatable * MILLI_DEVICES
+
+
+def asks_for_any(pod: PodInfo, resources: Sequence[str]) -> bool:
+    """Whether the pod asks for any of ``resources`` (in its containers or its claims)."""
+    return any(pod_devices(pod, resource).count > 0 for resource in resources)
 
 
 def most_allocated(pod: PodInfo, node: NodeInfo, resources: Sequence[str]) -> int | None:
@@ -69,27 +84,36 @@ def most_allocated(pod: PodInfo, node: NodeInfo, resources: Sequence[str]) -> in
         demand = pod_devices(pod, resource)
         if demand.count == 0:
             continue
-        devices = [free for free in node.devices_free(resource) if free >= 0]
-        total = MILLI_DEVICES * len(devices)
-        scores.append(_score(total - sum(devices) + demand.total, total))
+        used, total = _amounts(node, resource)
+        scores.append(min(used + demand.total, total) * MAX_NODE_SCORE // total if total > 0 else 0)
     return sum(scores) // len(scores) if scores else None
 
 
-def most_allocated_batch(pod: PodInfo, batch: Batch, resources: Sequence[str]) -> Int64Array | None:
-    """``most_allocated`` for every node of ``batch``; None when the pod asks for none of ``resources``."""
-    total_scores = np.zeros(len(batch), dtype=np.int64)
+def most_allocated_batch(
+    pod: PodInfo, batch: Batch, resources: Sequence[str], at: IntpArray | None = None
+) -> Int64Array | None:
+    """``most_allocated`` for every node of ``batch`` (or only at the positions ``at``, in that order);
+    None when the pod asks for none of ``resources`` (or an amount is too large for int64: the caller
+    works node by node)."""
+    total_scores: Int64Array | None = None
     asked = 0
     for resource in resources:
         demand = pod_devices(pod, resource)
         if demand.count == 0:
             continue
-        free = batch.devices_free(resource)
-        present = free >= 0
-        total = MILLI_DEVICES * present.sum(axis=1)
-        used = total - np.where(present, free, 0).sum(axis=1) + demand.total
-        total_scores += np.where(total > 0, np.minimum(used, total) * MAX_NODE_SCORE // np.maximum(total, 1), 0)
+        amounts = batch.fit_amounts(resource, 0)
+        if amounts is None:
+            return None
+        requested, allocatable = amounts
+        served = batch.table.gather(batch.table.dra_allocatable, resource, batch.rows, batch.known) > 0
+        if at is not None:
+            requested, allocatable, served = requested[at], allocatable[at], served[at]
+        scale = np.where(served, 1, MILLI_DEVICES)
+        used, total = requested * scale + demand.total, allocatable * scale
+        score = np.where(total > 0, np.minimum(used, total) * MAX_NODE_SCORE // np.maximum(total, 1), 0)
+        total_scores = score if total_scores is None else total_scores + score
         asked += 1
-    return total_scores // asked if asked else None
+    return None if total_scores is None else total_scores // asked
 
 
 def winners(best: Sequence[bool], keys: Sequence[int]) -> list[bool]:

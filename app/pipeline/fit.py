@@ -26,7 +26,7 @@ from scoring.managed_fit import ManagedResourcesFit
 from scoring.priority_scale import PriorityScale
 from scoring.profile import Profile
 from scoring.table import Batch, BoolArray
-from scoring.tie_break import TieBreak, most_allocated, most_allocated_batch
+from scoring.tie_break import TieBreak, asks_for_any, most_allocated, most_allocated_batch
 
 __all__ = ["ResourceFit"]
 
@@ -93,28 +93,25 @@ class ResourceFit(Participant):
 
     def break_ties(self, pod: PodInfo, candidates: Candidates, batch: Batch | None, best: BoolArray) -> BoolArray:
         """Of the ``best`` candidates, those that keep the best priority after ``tieBreak`` (all of them
-        without one, or for a pod that asks for none of its resources). Keys are worked out for the
-        best candidates only."""
+        without one, or for a pod that asks for none of its resources)."""
         if self.tie_break is None or np.count_nonzero(best) < 2:
             return best
         resources = self.tie_break.most_allocated
         pod = self.claim_devices.with_claim_devices(pod)
+        if not asks_for_any(pod, resources):
+            return best
         positions = np.flatnonzero(best)
-        keys: npt.NDArray[np.int64] | None
+        keys = None
         if batch is not None and batch.known[positions].all():
-            keys = most_allocated_batch(pod, batch.subset(best), resources)
-        else:
+            keys = most_allocated_batch(pod, batch, resources, at=positions)
+        if keys is None:
             scalar = []
             for position in positions.tolist():
                 name = candidates.names[position]
                 node = self.nodes.node(pod, name, candidates.allocatable(name))
                 key = None if isinstance(node, Status) else most_allocated(pod, node, resources)
-                if key is None and not isinstance(node, Status):
-                    return best  # the pod asks for none of the resources
                 scalar.append(-1 if key is None else key)
             keys = np.array(scalar, dtype=np.int64)
-        if keys is None:
-            return best
         won = np.zeros(len(best), dtype=np.bool_)
         won[positions[keys == keys.max()]] = True
         return won

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -78,6 +79,9 @@ def test_batch_equals_scalar(pod: PodInfo, node_list: list[NodeInfo]) -> None:
     else:
         assert keys.tolist() == scalar
         assert all(0 <= k <= 100 for k in scalar if k is not None)
+        at = np.arange(len(named) - 1, -1, -2)  # some positions, in another order
+        at_keys = most_allocated_batch(pod, batch, RESOURCES, at=at)
+        assert at_keys is not None and at_keys.tolist() == [scalar[i] for i in at.tolist()]
 
 
 @given(st.lists(st.tuples(st.integers(0, 10), st.integers(-1, 100)), max_size=30))
