@@ -15,8 +15,8 @@ be most allocated after the pod keep the best priority (``scoring.priority_scale
 ``min(used + pod, total) * 100 // total``, where ``used`` and ``total`` are DRA's per-device use and
 1000 per published device where DRA serves the resource (``NodeInfo.fit_amounts``), and 1000 per
 requested and per allocatable device of the device plugin otherwise; the key is the mean over the
-resources the pod asks for. A pod that asks
-for none of them is left to kube-scheduler, as without a tie-break.
+resources the pod asks for. A pod that asks for none of them is left to kube-scheduler, as without
+a tie-break.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ IntpArray = npt.NDArray[np.intp]
 
 __all__ = ["NATIVE_RESOURCES", "TieBreak", "asks_for_any", "most_allocated", "most_allocated_batch", "winners"]
 
-# Not device resources: the per-device view has no meaning for them.
+# Not device resources: counting them in milli-devices has no meaning.
 NATIVE_RESOURCES = frozenset({"cpu", "memory", "pods", "ephemeral-storage"})
 
 

@@ -86,10 +86,11 @@ def shipped_config() -> dict[str, Any]:
     configmap = read_yaml(SHIPPED_CONFIG, "the shipped extender config", ValueError)
     try:
         config = yaml.safe_load(configmap["data"]["config.yaml"])
-        config["plugins"]
     except (KeyError, TypeError, yaml.YAMLError) as exc:
-        raise ValueError(f"{SHIPPED_CONFIG}: no data.config.yaml with plugins: {exc!r}") from None
-    return dict(config)
+        raise ValueError(f"{SHIPPED_CONFIG}: no data.config.yaml: {exc!r}") from None
+    if not isinstance(config, dict) or "plugins" not in config:
+        raise ValueError(f"{SHIPPED_CONFIG}: data.config.yaml has no plugins")
+    return config
 
 
 # What ``shipped`` takes from the shipped config besides its plugins (what changes placement).

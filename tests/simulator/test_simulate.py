@@ -161,6 +161,10 @@ def test_policies_are_configs_through_the_same_validation() -> None:
     least = policy_config(base, "least-allocated").plugins[0].args["resources"]
     assert least == {"cpu": {"type": "LeastAllocated", "weight": 1}, "memory": {"type": "LeastAllocated", "weight": 1}}
     assert policy_config(base, "most-allocated").managed_resource_names == ["cpu", "memory", GPU]
+    shipped = policy_config(base, "shipped")  # deploy/'s plugins and its settings that change placement
+    assert [p.name for p in shipped.plugins] == ["GpuFragmentation", "BestFit", "ScarceResourceAvoidance"]
+    assert (shipped.priorityScale, shipped.tieBreak) == ("Candidates", {"mostAllocated": [GPU]})
+    assert base.tieBreak is None and policy_config(base, "random").tieBreak is None
     with pytest.raises(ValueError, match="unknown policy 'tetris'"):
         policy_config(base, "tetris")
 
