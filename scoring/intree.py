@@ -60,6 +60,7 @@ __all__ = [
     "go_round_batch",
     "least_requested_score",
     "most_requested_score",
+    "most_requested_score_batch",
     "parse_resource_specs",
     "resource_inputs",
     "resource_inputs_batch",
@@ -306,6 +307,15 @@ def most_requested_score(requested: int, capacity: int) -> int:
     return min(requested, capacity) * MAX_NODE_SCORE // capacity  # pods without requests can over-commit
 
 
+def most_requested_score_batch(requested: Int64Array, capacity: Int64Array) -> Int64Array:
+    """``most_requested_score`` per element (products stay below 2**63 for inputs below 2**57)."""
+    has = capacity > 0
+    scores: Int64Array = np.where(
+        has, np.minimum(requested, capacity) * MAX_NODE_SCORE // np.where(has, capacity, 1), 0
+    )
+    return scores
+
+
 def _utilization(requested: int, capacity: int) -> int:
     """RequestedToCapacityRatio's utilization, 0..100."""
     if capacity <= 0 or requested >= capacity:
@@ -386,7 +396,7 @@ class NodeResourcesFit:
             fits = has & (requested <= capacity)
             return np.where(fits, (capacity - bounded) * MAX_NODE_SCORE // divisor, 0)
         if strategy is ScoringStrategyType.MOST_ALLOCATED:
-            return np.where(has, bounded * MAX_NODE_SCORE // divisor, 0)
+            return most_requested_score_batch(requested, capacity)
         over = ~has | (requested >= capacity)
         utilization = np.where(over, MAX_UTILIZATION, np.maximum(bounded, 0) * MAX_UTILIZATION // divisor)
         return broken_linear_batch(self.shape, utilization)

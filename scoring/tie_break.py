@@ -29,7 +29,8 @@ import numpy as np
 import numpy.typing as npt
 
 from scoring.devices import pod_devices
-from scoring.framework import MAX_NODE_SCORE, MILLI_DEVICES, ArgsError, NodeInfo, PodInfo, reject_unknown_fields
+from scoring.framework import MILLI_DEVICES, ArgsError, NodeInfo, PodInfo, reject_unknown_fields
+from scoring.intree import most_requested_score, most_requested_score_batch
 from scoring.table import Batch, Int64Array
 
 IntpArray = npt.NDArray[np.intp]
@@ -85,7 +86,7 @@ def most_allocated(pod: PodInfo, node: NodeInfo, resources: Sequence[str]) -> in
         if demand.count == 0:
             continue
         used, total = _amounts(node, resource)
-        scores.append(min(used + demand.total, total) * MAX_NODE_SCORE // total if total > 0 else 0)
+        scores.append(most_requested_score(used + demand.total, total))
     return sum(scores) // len(scores) if scores else None
 
 
@@ -109,8 +110,7 @@ def most_allocated_batch(
         if at is not None:
             requested, allocatable, served = requested[at], allocatable[at], served[at]
         scale = np.where(served, 1, MILLI_DEVICES)
-        used, total = requested * scale + demand.total, allocatable * scale
-        score = np.where(total > 0, np.minimum(used, total) * MAX_NODE_SCORE // np.maximum(total, 1), 0)
+        score = most_requested_score_batch(requested * scale + demand.total, allocatable * scale)
         total_scores = score if total_scores is None else total_scores + score
         asked += 1
     return None if total_scores is None else total_scores // asked
