@@ -57,6 +57,18 @@ def _pid(directory: Path) -> int | None:
     return None
 
 
+def _exited(pid: int) -> bool:
+    """Whether ``pid`` has exited (reaped here when this process started it; a zombie counts)."""
+    with contextlib.suppress(ChildProcessError):
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return True
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return True
+    return state in ("Z", "X")
+
+
 def add_example_objects(plane: ControlPlane, path: Path = EXAMPLE) -> list[str]:
     """Nodes (as a kubelet would leave them), DeviceClasses and ResourceSlices of a snapshot file; the
     node names. Its pods and claims are left out: the cluster starts empty."""
@@ -152,11 +164,11 @@ def down(directory: Path, timeout: float = 60.0) -> bool:
         return False
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while _pid(directory) is not None and time.monotonic() < deadline:
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, os.WNOHANG)  # reap it when this process started it
+    # Until the process has exited, not only until it looks gone: a process releasing its memory has
+    # an empty cmdline (so _pid no longer sees it) while it is still running.
+    while not _exited(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
-    if _pid(directory) is not None:
+    if not _exited(pid):
         raise TimeoutError(f"the local cluster (PID {pid}) did not stop within {timeout:.0f}s")
     (directory / "localcluster.pid").unlink(missing_ok=True)
     return True
