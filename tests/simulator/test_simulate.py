@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import random
 from pathlib import Path
@@ -30,7 +31,7 @@ from simulator.trace import (
     load_pods_csv,
     load_snapshot_nodes,
 )
-from tests.conftest import node_obj, pod_obj
+from tests.conftest import WIRE_FIXTURES, node_obj, pod_obj
 
 ROOT = Path(__file__).resolve().parents[2]
 NODE_HEADER = "sn,cpu_milli,memory_mib,gpu,model\n"
@@ -303,6 +304,39 @@ def test_each_pod_goes_through_the_services_filter_prioritize_and_bind(tmp_path:
     assert scheduler.cache.counted(pods[0].uid) is not None
     assert scheduler.cache.usage("a").requested[GPU] == 1
     scheduler.cache.check_invariants()
+
+
+def _layout(body: bytes) -> bytes:
+    """A NodeNames-mode body with the Pod and the names cut out: the fields, their order and spelling."""
+    pod_end = body.index(b',"Nodes":')
+    names_start = body.index(b'"NodeNames":[') + len(b'"NodeNames":[')
+    return body[: len(b'{"Pod":')] + body[pod_end:names_start] + body[body.rindex(b"]") :]
+
+
+def test_filter_and_prioritize_bodies_have_kube_schedulers_layout(tmp_path: Path) -> None:
+    # The extender splits a body in Go's layout without decoding it (app.http.wire): the simulator
+    # must send what kube-scheduler sends, or it measures a slower path than a cluster takes.
+    captured = (WIRE_FIXTURES / "filter-allpods-nodecache-true.request.json").read_bytes().strip()
+    nodes, pods = trace(tmp_path, "a,8000,16384,2,T4\nb,8000,16384,2,T4\n", "p,1000,1024,1,1000,,LS,Running,0,,0\n")
+    scheduler = _Scheduler(policy_config(load_config(None), "fitplus-sra"), nodes, seed=0)
+    sent: list[bytes] = []
+    filter_, priorities = scheduler.service.filter, scheduler.service.priorities
+    scheduler.service.filter = lambda body: sent.append(body) or filter_(body)  # type: ignore[method-assign]
+    scheduler.service.priorities = lambda body: sent.append(body) or priorities(body)  # type: ignore[method-assign]
+    assert asyncio.run(scheduler.schedule(pods[0])) in ("a", "b")
+    assert len(sent) == 2  # filter, then prioritize with the two nodes that passed
+    assert {_layout(body) for body in sent} == {_layout(captured)} == {b'{"Pod":,"Nodes":null,"NodeNames":[]}'}
+
+
+def test_a_run_tunes_the_cyclic_gc_as_the_service_does_and_restores_it(tmp_path: Path) -> None:
+    rows = "".join(f"p{i},10,16,0,0,,LS,Running,0,,0\n" for i in range(256))
+    nodes, pods = trace(tmp_path, "a,8000,16384,2,T4\n", rows)
+    before, frozen = gc.get_threshold(), gc.get_freeze_count()
+    seen: list[tuple[int, ...]] = []
+    progress = lambda _: seen.append(gc.get_threshold())  # noqa: E731
+    simulate("random", load_config(None), nodes, pods, sharing="none", progress=progress)
+    assert seen == [(50_000, 20, 20)]  # during the run (progress every 256 events)
+    assert gc.get_threshold() == before and gc.get_freeze_count() == frozen
 
 
 # ------------------------------------------------------------------------------------ modes
