@@ -196,9 +196,9 @@ class GpuFragmentation:
         fits, after = first_fit_batch(free, demand.count, demand.milli)
         left = cpu_free_batch(batch)
         fits &= left >= demand.cpu
-        before_f = self._fragmentation_batch(free, left)
-        after_f = self._fragmentation_batch(after, left - demand.cpu)
-        delta = before_f - after_f
+        # Before and after in one pass: a request computes few rows, so numpy's per-call cost dominates.
+        both = self._fragmentation_batch(np.concatenate((free, after)), np.concatenate((left, left - demand.cpu)))
+        delta = both[: len(free)] - both[len(free) :]
         if self.args.mapping is ScoreMapping.SIGMOID:
             scores = np.searchsorted(self._threshold_array, delta.astype(np.float64), side="right").astype(np.int64)
         else:

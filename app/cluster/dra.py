@@ -58,7 +58,7 @@ from app.cluster import dra_views
 from app.cluster.changes import ChangeSignal
 from app.cluster.dra_extended import Amounts, Devices, ExtendedResources, Held, held
 from app.cluster.dra_fast import FastDevices
-from app.cluster.dra_inuse import AllocatedDevices, SharedView, Shares
+from app.cluster.dra_inuse import AllocatedDevices, SharedView, Shares, unwritten
 from app.cluster.relist import apply_relist
 
 __all__ = ["AllocatedDevices", "DraState", "InFlight", "Proposal", "SharedView"]
@@ -87,6 +87,9 @@ class InFlight:
     shares: tuple[AllocatedShare, ...]
     started_at: float
     expires_at: float
+
+
+_FREE: Held = (False, 0, None)  # what ``held`` says of a device nobody holds
 
 
 def _rv(value: str) -> int | None:
@@ -144,6 +147,7 @@ class DraState:
     fast: FastDevices = field(default_factory=FastDevices)  # free capacity per class, for simple claims
     _special_by_owner: dict[str, set[str]] = field(default_factory=dict)  # pod uid -> its special claims
     _class_mapping: Mapping[str, str] | None = None
+    _held: dict[DeviceID, Held] = field(default_factory=dict)  # how each held device was last told held
 
     # ------------------------------------------------------------------ nodes
     def node_ref(self, name: str) -> NodeRef | None:
@@ -203,7 +207,8 @@ class DraState:
 
     def _holders(self, device: DeviceID) -> Held:
         whole = (self._claim_devices, self._inflight_devices)
-        return held(device, whole, (self._claim_shares.get(device), self._inflight_shares.get(device)))
+        claimed = self._claim_shares.get(device)
+        return held(device, whole, (claimed, unwritten(self._inflight_shares.get(device), claimed)))
 
     def _recount(self, nodes: Iterable[str] | None, moved: set[DeviceID] | None = None) -> None:
         """Count the extended resources of ``nodes`` (None: every node) again and tell the listener;
@@ -233,10 +238,25 @@ class DraState:
             self._recount(changed)
 
     def _devices_changed(self, devices: Iterable[DeviceID]) -> None:
-        devices = list(devices)
-        self.fast.devices_changed(devices, self._holders)
+        """Tell the fast path and the extended-resource counts of the devices whose holding changed. A
+        bind changes a device's holders three times (in flight, claim written, in flight ended) but
+        its holding only the first time (a share written to its claim is the in-flight one,
+        ``unwritten``): the others are left out."""
+        moved: dict[DeviceID, Held] = {}
+        for device in dict.fromkeys(devices):
+            now = self._holders(device)
+            if self._held.get(device, _FREE) == now:
+                continue
+            if now == _FREE:
+                self._held.pop(device, None)
+            else:
+                self._held[device] = now
+            moved[device] = now
+        if not moved:
+            return
+        self.fast.devices_changed(moved, moved.__getitem__)
         if self.extended.by_node:
-            self._recount(self.extended.nodes_of(devices), set(devices))
+            self._recount(self.extended.nodes_of(moved), set(moved))
 
     # ------------------------------------------------------------------ classes and slices
     def upsert_class(self, device_class: DeviceClass) -> None:
@@ -465,3 +485,8 @@ class DraState:
         if inflight_shares != self._inflight_shares:
             raise AssertionError(f"in-flight shares drifted: have {self._inflight_shares}, want {inflight_shares}")
         self.extended.check(self.classes.values(), self._node_refs, self.slices, self.selectors, self._holders)
+        self.fast.check(self._holders)
+        devices = {*claimed, *inflight, *claim_shares, *inflight_shares}
+        held_now = {d: h for d in devices if (h := self._holders(d)) != _FREE}
+        if held_now != self._held:
+            raise AssertionError(f"device holdings drifted: have {self._held}, want {held_now}")

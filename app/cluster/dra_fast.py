@@ -246,6 +246,18 @@ class FastDevices:
             for table in self.tables.values():
                 table.update(device, held)
 
+    def check(self, holders: Callable[[DeviceID], Held]) -> None:
+        """Every table row as a fresh ``update`` would set it (tests and /debug?verify use it)."""
+        for name, table in self.tables.items():
+            for device, row in table.rows.items():
+                whole, _, consumed = holders(device)
+                used = [int((consumed or {}).get(capacity, 0)) for capacity in table.names]
+                if bool(table.held_whole[row]) != whole or table.used[row].tolist() != used:
+                    raise AssertionError(
+                        f"fast table {name}: device {device} has whole={bool(table.held_whole[row])} "
+                        f"used={table.used[row].tolist()}, want whole={whole} used={used}"
+                    )
+
     def table(
         self,
         device_class: DeviceClass,

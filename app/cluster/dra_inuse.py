@@ -13,9 +13,21 @@ from typing import Any
 
 from allocator import DeviceID
 
-__all__ = ["AllocatedDevices", "SharedView", "Shares"]
+__all__ = ["AllocatedDevices", "SharedView", "Shares", "unwritten"]
 
 Shares = dict[DeviceID, dict[tuple[str, str], Mapping[str, Fraction] | None]]  # device -> (holder, shareID) -> consumed
+DeviceShares = Mapping[tuple[str, str], Mapping[str, Fraction] | None]  # one device's: (holder, shareID) -> consumed
+
+
+def unwritten(inflight: DeviceShares | None, claimed: DeviceShares | None) -> DeviceShares | None:
+    """A device's in-flight shares less those its claims already hold (same shareID): between a
+    bind's claim write and the end of its in-flight entry, the share is one share, not two."""
+    if not inflight or not claimed:
+        return inflight
+    written = {share_id for _, share_id in claimed}
+    if all(share_id not in written for _, share_id in inflight):
+        return inflight
+    return {key: consumed for key, consumed in inflight.items() if key[1] not in written}
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +67,8 @@ class SharedView:
                 yield consumed
 
     def _inflight_others(self, device: object) -> Iterator[Mapping[str, Fraction] | None]:
-        for (holder, _), consumed in (self.inflight.get(device) or {}).items():  # type: ignore[call-overload]
+        inflight = unwritten(self.inflight.get(device), self.claimed.get(device))  # type: ignore[call-overload]
+        for (holder, _), consumed in (inflight or {}).items():
             if holder != self.pod_uid:
                 yield consumed
 

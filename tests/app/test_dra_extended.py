@@ -10,6 +10,7 @@ class naming a resource wins, then the lowest name). Amounts change at cache-upd
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Any
 
 from hypothesis import given, settings
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 
 from allocator import (
     AllocationResult,
+    DeviceID,
     DeviceRequestAllocationResult,
     ResourceClaim,
     parse_device_class,
@@ -128,6 +130,38 @@ def test_shares_count_by_consumed_capacity_rounded_up_to_a_milli_device() -> Non
     cache.check_invariants()
 
 
+def test_a_binds_share_counts_once_while_its_claim_is_written_and_its_in_flight_entry_ends() -> None:
+    cache = cache_with(node_obj("dra", gpus=None))
+    cache.dra.replace_classes([gpu_class()])
+    cache.dra.replace_slices([gpus("dra", 2, shared=True)])
+    told: list[list[str]] = []
+    listener = cache.dra.listener
+    assert listener is not None
+
+    def tell(nodes: list[str]) -> None:
+        told.append(list(nodes))
+        listener(nodes)
+
+    cache.dra.listener = tell
+    written = claim("a", ("dra", "gpu-0", "s1", "10Gi"))  # what /bind writes: the in-flight share
+    assert written.allocation is not None
+    device = DeviceID(DRIVER, "dra", "gpu-0")
+    cache.dra.begin("pod-uid", "default/p", "dra", {written.key: written.allocation})
+    assert info(cache, "dra").dra_requested == {GPU: 250} and told == [["dra"]]
+    cache.dra.upsert_claim(written)
+    # One share, not two: for the amounts, the fast path and another pod's allocator alike.
+    assert cache.dra.holders(device) == (False, 1, {"memory": Fraction(10 * 2**30)})
+    assert cache.dra.shared_view("other-pod").consumed(device) == {"memory": Fraction(10 * 2**30)}
+    cache.dra.end("pod-uid")
+    assert info(cache, "dra").dra_requested == {GPU: 250}
+    assert told == [["dra"]]  # neither the write nor the end changed how the device is held: no recount
+    cache.check_invariants()
+    other = claim("b", ("dra", "gpu-0", "s2", "10Gi"))  # another share of the device does count
+    cache.dra.upsert_claim(other)
+    assert info(cache, "dra").dra_requested == {GPU: 500} and told == [["dra"], ["dra"]]
+    cache.check_invariants()
+
+
 def test_a_device_plugin_node_is_scored_on_its_allocatable_alone() -> None:
     """Upstream counts DRA devices only where status.allocatable has none of the resource: the same
     GPUs published both ways while a driver migrates must not count twice."""
@@ -182,7 +216,7 @@ def test_node_selector_slices_follow_node_labels() -> None:
 NODES = ("n0", "n1")
 OPS = st.lists(
     st.tuples(
-        st.sampled_from(["slice", "unslice", "class", "unclass", "claim", "unclaim", "begin", "end", "label"]),
+        st.sampled_from(["slice", "unslice", "class", "unclass", "claim", "unclaim", "begin", "end", "label", "fast"]),
         st.integers(0, 1),
         st.integers(0, 3),
         st.sampled_from([None, "5Gi", "30Gi"]),
@@ -212,12 +246,17 @@ def test_any_order_of_updates_keeps_amounts_exact_and_the_table_in_step(ops: lis
             cache.dra.upsert_claim(claim(f"{node}-{device}", (node, f"gpu-{device}", share, memory)))
         elif op == "unclaim":
             cache.dra.delete_claim(f"default/{node}-{device}")
-        elif op == "begin":
-            result = claim("x", (node, f"gpu-{device}", None, None)).allocation
+        elif op == "begin":  # with memory, the share a "claim" op of that device writes (same shareID)
+            share = None if memory is None else f"s{n}{device}"
+            result = claim("x", (node, f"gpu-{device}", share, memory)).allocation
             assert result is not None
             cache.dra.begin(f"pod-{n}", "default/p", node, {"default/x": result})
         elif op == "end":
             cache.dra.end(f"pod-{n}")
+        elif op == "fast":  # the fast path's tables, as a filter builds them: updated from now on
+            dra = cache.dra
+            for device_class in dra.classes.values():
+                dra.fast.table(device_class, dra.node_refs, dra.slices, dra.selectors, dra.holders)
         else:
             cache.upsert_node(node_from_obj(labelled(node, {"rack": f"r{device}"}, gpus=None)))
         cache.check_invariants()
