@@ -237,7 +237,7 @@ class ExtenderService:
         feasible = len(passed)
         keep = verdicts.codes == 0
         if self.config.filterReturns == BEST_SCORED and feasible > 1:
-            subset = None if batch is None else batch.subset(keep)
+            subset = None if batch is None else batch.subset(keep, passed)
             passed = self.resources.best_scored(pod, candidates.subset(passed), subset)  # the others: left out
         elif batch is not None and batch.known.all():  # prioritize will ask about exactly these
             self.cache.table.remember(passed, batch.rows[keep])

@@ -10,9 +10,11 @@ so every baseline runs through the same filter → prioritize → bind code as t
   ``clustering`` (GpuClustering) and ``fgd`` (GpuFragmentation with the paper's sigmoid);
 * ``fgd-best-fit``: ours (README, Simulate): GpuFragmentation at an even resolution (15 expected
   milli-GPUs per point, weight 19) with BestFit (weight 1) breaking its near-ties;
-* ``shipped``: the plugins, ``priorityScale`` and ``tieBreak`` of ``deploy/extender-config.yaml`` as
-  they are (ours with the openb default trace's workload, ScarceResourceAvoidance for pods that ask
-  for no GPU, and the best nodes' ties broken towards the most allocated GPUs).
+* ``shipped``: the plugins, ``priorityScale``, ``tieBreak`` and ``filterReturns`` of
+  ``deploy/extender-config.yaml`` as they are (ours with the openb default trace's workload,
+  ScarceResourceAvoidance for pods that ask for no GPU, the best nodes' ties broken towards the most
+  allocated GPUs, and /filter passing only its best nodes, so kube-scheduler asks /prioritize only
+  when several tie).
 
 The fragmentation plugins need the *target workload*: the trace's task types (cpu, per-GPU milli,
 GPU count), most frequent first until they cover 95 % of the pods, each with its pod count as
@@ -93,8 +95,9 @@ def shipped_config() -> dict[str, Any]:
     return config
 
 
-# What ``shipped`` takes from the shipped config besides its plugins (what changes placement).
-SHIPPED_SETTINGS = ("priorityScale", "tieBreak")
+# What ``shipped`` takes from the shipped config besides its plugins (what changes placement, or
+# which verbs kube-scheduler calls).
+SHIPPED_SETTINGS = ("priorityScale", "tieBreak", "filterReturns")
 
 
 def _shipped(_: Sequence[SimPod]) -> Plugins:

@@ -162,6 +162,12 @@ def test_subset_reads_as_a_batch_gathered_for_those_names(keep: list[bool], assu
     assert subset.known.tolist() == fresh.known.tolist()
     assert subset.requested("nvidia.com/gpu").tolist() == fresh.requested("nvidia.com/gpu").tolist()
     assert subset.allocatable("nvidia.com/gpu").tolist() == fresh.allocatable("nvidia.com/gpu").tolist()
+    named = whole.subset(np.array(keep, dtype=np.bool_), kept)  # the names given, as filter has them
+    assert (list(named.names), named.rows.tolist(), named.discount_position) == (
+        kept,
+        subset.rows.tolist(),
+        subset.discount_position,
+    )
 
 
 def test_the_table_keeps_each_name_as_a_json_key() -> None:

@@ -165,7 +165,9 @@ def test_policies_are_configs_through_the_same_validation() -> None:
     shipped = policy_config(base, "shipped")  # deploy/'s plugins and its settings that change placement
     assert [p.name for p in shipped.plugins] == ["GpuFragmentation", "BestFit", "ScarceResourceAvoidance"]
     assert (shipped.priorityScale, shipped.tieBreak) == ("Candidates", {"mostAllocated": [GPU]})
+    assert shipped.filterReturns == "BestScored"
     assert base.tieBreak is None and policy_config(base, "random").tieBreak is None
+    assert base.filterReturns == policy_config(base, "random").filterReturns == "Feasible"
     with pytest.raises(ValueError, match="unknown policy 'tetris'"):
         policy_config(base, "tetris")
 
@@ -304,6 +306,23 @@ def test_each_pod_goes_through_the_services_filter_prioritize_and_bind(tmp_path:
     assert scheduler.cache.counted(pods[0].uid) is not None
     assert scheduler.cache.usage("a").requested[GPU] == 1
     scheduler.cache.check_invariants()
+
+
+def test_shipped_filter_passes_its_best_node_alone_and_kube_scheduler_takes_it_unscored(tmp_path: Path) -> None:
+    # deploy/'s filterReturns: BestScored, as in a cluster: one node passes, no /prioritize call.
+    nodes, pods = trace(
+        tmp_path,
+        "a,8000,16384,2,T4\nb,8000,16384,2,T4\n",
+        "p,1000,1024,1,1000,,LS,Running,0,,0\nq,1000,1024,1,1000,,LS,Running,0,,0\n",
+    )
+    profile = load_scheduler_config(DEFAULT_SCHEDULER_CONFIG)
+    scheduler = _Scheduler(policy_config(load_config(None), "shipped"), nodes, seed=0, scheduler=profile)
+    first = asyncio.run(scheduler.schedule(pods[0]))
+    assert asyncio.run(scheduler.schedule(pods[1])) == first  # the node with a GPU in use: packed
+    decisions = list(scheduler.service.decisions)
+    # Two empty nodes tie: both pass and kube-scheduler asks /prioritize; then one node is best.
+    assert [d["verb"] for d in decisions] == ["filter", "prioritize", "bind", "filter", "bind"]
+    assert (decisions[3]["passed"], decisions[3]["feasible"]) == (1, 2)
 
 
 def _layout(body: bytes) -> bytes:
