@@ -107,7 +107,6 @@ class Batch:
     def devices_free(self, resource: str) -> Int64Array:
         """``NodeInfo.devices_free`` per node as rows of one array, padded with -1 (no such device)."""
         allocatable = np.minimum(np.maximum(self.allocatable(resource), 0), MAX_NODE_DEVICES)
-        used = np.minimum(np.maximum(self.requested(resource), 0), allocatable)
         dra_used = self.table.dra_devices.get(resource)
         width = int(allocatable.max(initial=0))
         served = np.zeros(len(self), dtype=np.bool_)
@@ -116,6 +115,10 @@ class Batch:
             served = dra > 0
             if served.any():
                 width = max(width, dra_used.shape[1])
+            if width == dra_used.shape[1] and served.all():  # DRA serves every node: its rows alone
+                every = dra_used[self.rows]
+                return np.where(every >= 0, MILLI_DEVICES - every, -1).astype(np.int64, copy=False)
+        used = np.minimum(np.maximum(self.requested(resource), 0), allocatable)
         index = np.arange(width, dtype=np.int64)[None, :]
         free = np.where(index < used[:, None], 0, np.where(index < allocatable[:, None], MILLI_DEVICES, -1))
         if served.any() and dra_used is not None:

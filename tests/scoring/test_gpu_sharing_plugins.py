@@ -202,6 +202,22 @@ def plugins(draw: st.DrawFn) -> ScorePlugin:
     return build_score_plugin(name, raw, "p")
 
 
+@st.composite
+def dra_nodes(draw: st.DrawFn) -> NodeInfo:
+    used = draw(st.lists(st.sampled_from([0, 1000, 460, 540]), min_size=1, max_size=9))
+    return dra_node(used, draw(st.integers(0, 128000)), draw(st.integers(0, 130000)))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(st.lists(gpu_nodes(), min_size=1, max_size=10), st.lists(dra_nodes(), min_size=1, max_size=10)))
+def test_batch_devices_free_is_each_nodes_padded_with_minus_one(node_list: list[NodeInfo]) -> None:
+    """Mixed nodes, and nodes all served by DRA (read straight from the table's DRA rows)."""
+    named, batch = named_batch(node_list)
+    free = batch.devices_free(GPU).tolist()
+    width = max((len(n.devices_free(GPU)) for n in named), default=0)
+    assert free == [[*n.devices_free(GPU), *[-1] * (width - len(n.devices_free(GPU)))] for n in named]
+
+
 @settings(max_examples=300, deadline=None)
 @given(plugins(), gpu_pods(), st.lists(gpu_nodes(), min_size=1, max_size=10))
 def test_batch_equals_scalar(plugin: ScorePlugin, pod: PodInfo, node_list: list[NodeInfo]) -> None:
