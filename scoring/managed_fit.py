@@ -36,6 +36,8 @@ class ManagedResourcesFit:
         never = [Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, insufficient_reason(r)) for r in self.resources]
         not_now = [Status(Code.UNSCHEDULABLE, insufficient_reason(r)) for r in self.resources]
         self._reasons = (*never, *not_now)
+        # Code by reason index + 1: fits (-1), never fits, does not fit now.
+        self._codes = np.array([0] + [2] * len(never) + [1] * len(not_now), dtype=np.int8)
         self._memo = RowMemo()  # a node's verdict depends on its row and the pod's requests alone
 
     def filter(self, pod: PodInfo, node: NodeInfo) -> Status:
@@ -72,9 +74,7 @@ class ManagedResourcesFit:
         wants = tuple(pod.resources.requests.get(resource, 0) for resource in self.resources)
         reason_index = self._memo.get(wants, batch, lambda rows: self._reason_index(wants, rows))
         # Reasons 0..n-1 are "never fits" per resource, n..2n-1 "does not fit now".
-        count = len(self.resources)
-        codes = np.where(reason_index < 0, 0, np.where(reason_index < count, 2, 1)).astype(np.int8)
-        return BatchVerdicts(codes, reason_index, list(self._reasons))
+        return BatchVerdicts(self._codes[reason_index + 1], reason_index, list(self._reasons))
 
     def _reason_index(self, wants: tuple[int, ...], batch: Batch) -> npt.NDArray[np.int64]:
         """Per node, the index in ``_reasons`` of why the pod does not fit, -1 where it fits."""

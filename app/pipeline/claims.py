@@ -50,15 +50,16 @@ class DraClaims(Participant):
                 for position in cycle.passing():
                     cycle.verdicts.set(position, claims)
                 return
+            positions: list[int] | None = None
             if not claims.allocated and not claims.unallocated:
                 if claims.extended is None:
                     return  # only extended resources no DeviceClass serves: device plugins' business
                 positions = self._without_device_plugins(cycle, claims.extended.classes)
-            else:
-                positions = cycle.passing()
-            fast = self.dra.fast_filter(pod, claims, cycle.names)
+            fast = self.dra.fast_filter(pod, claims, cycle.names)  # None for a special claim
             if fast is not None:
                 positions = self._take_fast(cycle, fast)
+            elif positions is None:
+                positions = cycle.passing()
             by_name = {cycle.names[position]: position for position in positions}
             for name, status in self.dra.filter_nodes(pod, claims, list(by_name)).items():
                 cycle.verdicts.set(by_name[name], status)
