@@ -472,5 +472,6 @@ class NodeTable:
         if column is None:
             return np.zeros(len(rows), dtype=np.int64)
         values = column[rows]
-        values[~known] = 0
+        if not known.all():  # cheaper than masking when every name is known, as nearly always
+            values[~known] = 0
         return values
