@@ -5,7 +5,14 @@ CPU-only), then in each round, one after the other on the same cluster:
 
 * ``baseline``: kube-scheduler alone, its default profile (no extender), serving ``gpu-scheduler``;
 * ``extender``: kube-scheduler with the shipped deploy/kube-scheduler-config.yaml and the extender
-  (the shipped deploy/ config) as a process.
+  (the shipped deploy/ config) as a process;
+* with ``--extra-phase extender-null``, also the shipped kube-scheduler config behind
+  ``bench.null_extender`` (passes the first candidate, binds, nothing else): what the extender
+  protocol costs kube-scheduler and the API server, which no extender can avoid.
+
+Each round also prints the ratio a zero-cost extender could reach when the cores are the limit:
+every process's CPU seconds per pod in the baseline over those of the extender phase without the
+extender's own (``cpu_bound``).
 
 Each phase creates the same pods (by default 2,000: 85 % ask for 1 GPU, the rest are CPU-only) as
 fast as the API server takes them and measures pods/s from the first create to the last bind (a
@@ -51,7 +58,7 @@ from bench.plane import GPU, add_nodes, bulk, cpu_seconds
 from tests.e2e.api import pod_manifest
 from tests.e2e.binaries import locate_binaries
 from tests.e2e.controlplane import ADMIN_TOKEN, ControlPlane, Extender, extender_config
-from tests.e2e.process import Proc, wait_for
+from tests.e2e.process import Proc, free_port, wait_for
 
 NAMESPACE = "bench"
 VERBS = ("filter", "prioritize", "bind", "preempt")
@@ -235,7 +242,24 @@ def baseline_scheduler_config(path: Path) -> Path:
     return path
 
 
-EXTRA_PHASES = ("baseline-nobatching", "extender-sampled", "extender-feasible", "extender-failures-always")
+EXTRA_PHASES = (
+    "baseline-nobatching",
+    "extender-sampled",
+    "extender-feasible",
+    "extender-failures-always",
+    "extender-null",
+)
+
+
+def start_null_extender(plane: ControlPlane) -> Extender:
+    """``bench.null_extender`` in the extender's place (same ServiceAccount, same process slot)."""
+    port = free_port()
+    argv = [sys.executable, "-m", "bench.null_extender", "--kubeconfig", str(plane.extender_kubeconfig())]
+    proc = Proc("extender", [*argv, "--port", str(port)], plane.workdir / "logs" / "null-extender.log")
+    plane.procs["extender"] = proc.start()
+    extender = Extender(proc, port)
+    extender.wait_ready()
+    return extender
 
 
 def _sampled(config: dict[str, Any]) -> None:
@@ -293,7 +317,8 @@ def main(argv: list[str] | None = None) -> int:
         choices=EXTRA_PHASES,
         help="also run: kube-scheduler alone without opportunistic batching; the shipped profile with "
         "kube-scheduler's default percentageOfNodesToScore (the extender sees a sample of the nodes); the shipped "
-        "configuration with filterReturns: Feasible; the shipped configuration with filterFailures: Always",
+        "configuration with filterReturns: Feasible; the shipped configuration with filterFailures: Always; "
+        "kube-scheduler with the shipped profile behind bench.null_extender (passes the first candidate, binds)",
     )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", help="write the results here")
@@ -326,12 +351,13 @@ def main(argv: list[str] | None = None) -> int:
                         config["filterReturns"] = "Feasible"
                     if name == "extender-failures-always":
                         config["filterFailures"] = "Always"
-                    extender = plane.start_extender(config)
+                    null = name == "extender-null"
+                    extender = start_null_extender(plane) if null else plane.start_extender(config)
                     edit = _sampled if name == "extender-sampled" else None
                     plane.start_scheduler(extender.port, qps=qps, edit=edit)
                     wait_for("kube-scheduler to lead", lambda since=started: _leading_since(plane, since), 60)
                 phase = run_phase(plane, f"r{round_index}-{name}", gpus, watch, args.timeout)
-                if name.startswith("extender"):
+                if name.startswith("extender") and name != "extender-null":  # the null one keeps no metrics
                     phase.verbs = _verb_latencies(extender)
                 if name == "extender" and round_index == args.rounds - 1:
                     results["packing"] = packing(plane, gpu_nodes)
@@ -347,8 +373,15 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 delete_pods(plane)
             ratio = phases["extender"].pods_per_second / max(phases["baseline"].pods_per_second, 1e-9)
-            results["rounds"].append({"ratio": round(ratio, 3), **{k: asdict(v) for k, v in phases.items()}})
-            print(f"round {round_index}: ratio extender/baseline = {ratio:.2f}", flush=True)
+            bound = cpu_bound(phases["baseline"], phases["extender"])
+            results["rounds"].append(
+                {"ratio": round(ratio, 3), "cpuBound": round(bound, 3), **{k: asdict(v) for k, v in phases.items()}}
+            )
+            print(
+                f"round {round_index}: ratio extender/baseline = {ratio:.2f}; CPU-bound ratio with an extender "
+                f"that cost nothing = {bound:.2f}",
+                flush=True,
+            )
         watch.stop()
     finally:
         plane.stop()
@@ -376,12 +409,27 @@ def fill(plane: ControlPlane, watch: BindWatch, gpu_nodes: list[str], target: fl
     return {**state, "eightGpuPodBound": found}
 
 
+def cpu_bound(baseline: Phase, extender: Phase) -> float:
+    """The ratio an extender of zero cost could reach in this run when the cores are the limit: CPU
+    seconds per pod of every process in the baseline phase over those of the extender phase less the
+    extender's own (kube-scheduler, the API server and etcd keep what serving an extender costs them)."""
+    alone = sum(baseline.cpu_seconds.values()) / max(baseline.pods, 1)
+    others = {name: cpu for name, cpu in extender.cpu_seconds.items() if name != "extender"}
+    with_extender = sum(others.values()) / max(extender.pods, 1)
+    return alone / with_extender if with_extender else 0.0
+
+
 def report(results: dict[str, Any]) -> None:
     print()
-    print("| round | baseline pods/s | extender pods/s | ratio |")
-    print("|---|---|---|---|")
+    extra = [name for name in EXTRA_PHASES if results["rounds"] and name in results["rounds"][0]]
+    print("| round | baseline pods/s | extender pods/s | ratio | CPU bound |" + "".join(f" {n} |" for n in extra))
+    print("|---|---|---|---|---|" + "---|" * len(extra))
     for i, r in enumerate(results["rounds"]):
-        print(f"| {i} | {r['baseline']['pods_per_second']} | {r['extender']['pods_per_second']} | {r['ratio']} |")
+        cells = "".join(f" {r[n]['pods_per_second']} |" for n in extra)
+        print(
+            f"| {i} | {r['baseline']['pods_per_second']} | {r['extender']['pods_per_second']} | {r['ratio']} "
+            f"| {r['cpuBound']} |{cells}"
+        )
     if results["rounds"]:
         verbs = results["rounds"][-1]["extender"]["verbs"]
         print("\n| verb | calls | mean ms | p50 ms | p99 ms |\n|---|---|---|---|---|")
