@@ -17,6 +17,7 @@ from starlette.types import ASGIApp
 
 from app.config import ServerConfig
 from app.http.auth import BearerTokenGuard
+from app.http.coalesce import CoalescingHttpToolsProtocol
 from app.http.tls import RELOAD_INTERVAL, CertificateReloader
 
 __all__ = ["ExtenderServer", "build_server"]
@@ -76,6 +77,7 @@ def build_server(
         port=port,
         log_config=None,
         access_log=False,
+        http=CoalescingHttpToolsProtocol,  # one write per response (app.http.coalesce)
         timeout_graceful_shutdown=server.shutdownGracePeriodSeconds,  # type: ignore[arg-type]  # used as a float
     )
     reloader = None
