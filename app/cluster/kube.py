@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import ssl
+import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
@@ -100,6 +101,29 @@ def _error(status: int, phrase: str, headers: Mapping[str, str], body: bytes) ->
     return cls(f"{status} {message}", status=status, reason=reason, retry_after=retry_after)
 
 
+# The loaders' refresh hook (``auth_settings()``) runs the kubeconfig loader again on every call: about
+# 0.1 ms, on every Binding POST. Tokens rotate over minutes (the in-cluster loader re-reads its file
+# once a minute; the kubelet renews a projected token at 80 % of at least 10 minutes), so the header
+# is kept this many seconds.
+AUTHORIZATION_TTL = 5.0
+
+
+def _kept_for(
+    seconds: float, read: Callable[[], tuple[str, str] | None], clock: Callable[[], float] = time.monotonic
+) -> Callable[[], tuple[str, str] | None]:
+    """``read`` called at most once per ``seconds``; its last answer in between."""
+    kept: tuple[float, tuple[str, str] | None] | None = None
+
+    def current() -> tuple[str, str] | None:
+        nonlocal kept
+        now = clock()
+        if kept is None or now - kept[0] >= seconds:
+            kept = (now, read())
+        return kept[1]
+
+    return current
+
+
 class KubeClient:
     def __init__(
         self,
@@ -159,7 +183,12 @@ class KubeClient:
             setting = cfg.auth_settings().get("BearerToken")
             return (setting["key"], setting["value"]) if setting and setting.get("value") else None
 
-        return cls(cfg.host, authorization=authorization, verify=tls_context(cfg), proxy=cfg.proxy or None)
+        return cls(
+            cfg.host,
+            authorization=_kept_for(AUTHORIZATION_TTL, authorization),
+            verify=tls_context(cfg),
+            proxy=cfg.proxy or None,
+        )
 
     async def close(self) -> None:
         if self._session is not None:
