@@ -78,6 +78,7 @@ def build_server(
         log_config=None,
         access_log=False,
         http=CoalescingHttpToolsProtocol,  # one write per response (app.http.coalesce)
+        proxy_headers=False,  # nothing proxies kube-scheduler's calls: no X-Forwarded-* to read
         timeout_graceful_shutdown=server.shutdownGracePeriodSeconds,  # type: ignore[arg-type]  # used as a float
     )
     reloader = None

@@ -115,3 +115,4 @@ def test_the_served_app_runs_on_the_coalescing_protocol() -> None:
     service = make_service([node_obj("g1", gpus=4)])
     server = build_server(create_app(service), service.config.server, "127.0.0.1", 0)
     assert server.config.http is CoalescingHttpToolsProtocol
+    assert server.config.proxy_headers is False  # nothing proxies kube-scheduler's calls
