@@ -409,6 +409,8 @@ class NodeResourcesFit:
         weight_sum = np.zeros(len(batch), dtype=np.int64)
         for spec in self.args.resources:
             allocatable, used, amount = resource_inputs_batch(pod, batch, spec.name, non_zero=True)
+            if not allocatable.any():
+                continue  # no candidate has it: counted nowhere (DRA-only GPUs, for one)
             score = self._resource_score_batch(used + amount, allocatable)
             counted = (allocatable != 0) & (score > 0) if ratio else allocatable != 0
             total += np.where(counted, score * spec.weight, 0)
