@@ -19,17 +19,16 @@ Policies differ only in the plugins of the extender configuration, so baselines 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import gc
 import random
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 import numpy as np
 
+from app import gctuning
 from app.cluster.cache import ClusterCache
 from app.cluster.objects import NodeObject
 from app.cluster.snapshot import SnapshotBinder, SnapshotClaimWriter
@@ -387,21 +386,6 @@ async def _run(
     return result
 
 
-@contextlib.contextmanager
-def _gc_as_served() -> Iterator[None]:
-    """The cyclic GC as the service runs it (``app.runtime``): what exists before the run is frozen
-    and young collections are rare, since per-pod garbage is acyclic (about 9 % of a run's time)."""
-    threshold = gc.get_threshold()
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(50_000, 20, 20)
-    try:
-        yield
-    finally:
-        gc.set_threshold(*threshold)
-        gc.unfreeze()
-
-
 def check_order(pods: Sequence[SimPod], mode: str) -> None:
     """Replay needs the trace's times: a trace without ``creation_time`` is an error there."""
     if mode == "replay" and any(pod.file_ordered for pod in pods):
@@ -459,7 +443,7 @@ def simulate(
     ordered, in_order = schedule_order(pods, nodes, mode, seed, shuffle, target)
     if sharing == "dra":
         ordered = [dra.with_claim(pod) for pod in ordered]
-    with _gc_as_served():
+    with gctuning.tuned():  # as the service runs it (about 9 % of a run's time)
         result = asyncio.run(
             _run(policy, config, nodes, ordered, mode, seed, progress, scheduler, sharing, in_order, pods, tie_break)
         )
