@@ -143,6 +143,7 @@ class GpuFragmentation:
         self._cpu = np.array([t.cpu for t in workload], dtype=np.int64)
         self._milli = np.array([t.gpu_milli for t in workload], dtype=np.int64)
         self._gpus = np.array([t.gpus for t in workload], dtype=np.int64)
+        self._needs_gpus = self._gpus[None, :] > 0  # 1 x types
         self._popularity = np.array([t.popularity for t in workload], dtype=np.int64)
         self._levels, self._level_of = np.unique(self._milli, return_inverse=True)
         # ΔF reaching thresholds[k-1] scores at least k (Sigmoid): 1000·W·logit(k/100).
@@ -179,10 +180,10 @@ class GpuFragmentation:
         prefix = np.zeros((len(free), free.shape[1] + 1), dtype=np.int64)
         np.cumsum(left, axis=1, out=prefix[:, 1:])
         idle = prefix[:, -1]
-        below = (ordered[:, None, :] < self._levels[None, :, None]).sum(axis=2)  # nodes x distinct milli
+        below = (ordered[:, :, None] < self._levels[None, None, :]).sum(axis=1)  # nodes x distinct milli
         short = np.take_along_axis(prefix, below, axis=1)[:, self._level_of]  # nodes x types
         counts = (free.shape[1] - below)[:, self._level_of]
-        hosts = (self._gpus[None, :] > 0) & (cpu_left[:, None] >= self._cpu[None, :]) & (counts >= self._gpus[None, :])
+        hosts = self._needs_gpus & (cpu_left[:, None] >= self._cpu[None, :]) & (counts >= self._gpus[None, :])
         per_type = np.where(hosts, short, idle[:, None])
         result: Int64Array = per_type @ self._popularity
         return result
