@@ -2,9 +2,10 @@
 
 The least any extender has to do behind deploy/kube-scheduler-config.yaml: /filter passes the first
 candidate (so, like the shipped extender with one best node, kube-scheduler skips /prioritize) and
-/bind POSTs the Binding to the API server. Nothing is cached, checked or counted. The phase it
-serves measures what the extender protocol itself costs kube-scheduler and the API server, so the
-shipped extender's figure can be read against what no extender could beat on the same machine.
+/bind POSTs the Binding to the API server with the project's API client. Nothing is cached, checked
+or counted. The phase it serves measures what the extender protocol itself costs kube-scheduler and
+the API server, so the shipped extender's figure can be read against what no extender could beat on
+the same machine.
 
     python -m bench.null_extender --kubeconfig extender.kubeconfig --port 8888
 """
@@ -12,12 +13,12 @@ shipped extender's figure can be read against what no extender could beat on the
 from __future__ import annotations
 
 import argparse
-import ssl
 from typing import Any
 
 import msgspec
-import yaml
-from aiohttp import ClientSession, TCPConnector, web
+from aiohttp import web
+
+from app.cluster.kube import ApiError, KubeClient
 
 _args = msgspec.json.Decoder(dict[str, Any])
 _encode = msgspec.json.encode
@@ -30,21 +31,17 @@ def _filter_answer(body: bytes) -> bytes:
 
 
 class NullExtender:
-    def __init__(self, kubeconfig: dict[str, Any]) -> None:
-        cluster = kubeconfig["clusters"][0]["cluster"]
-        self.server = cluster["server"].rstrip("/")
-        self.token = kubeconfig["users"][0]["user"]["token"]
-        self.tls = ssl.create_default_context(cafile=cluster.get("certificate-authority"))
-        self.session: ClientSession | None = None
+    def __init__(self, kubeconfig: str) -> None:
+        self.kubeconfig = kubeconfig
+        self.kube: KubeClient | None = None
 
     async def start(self, _: web.Application) -> None:
-        self.session = ClientSession(
-            connector=TCPConnector(ssl=self.tls), headers={"Authorization": f"Bearer {self.token}"}
-        )
+        # The project's own API client: the Binding POST costs what the shipped extender's does.
+        self.kube = KubeClient.from_kubeconfig(self.kubeconfig)
 
     async def stop(self, _: web.Application) -> None:
-        if self.session is not None:
-            await self.session.close()
+        if self.kube is not None:
+            await self.kube.close()
 
     async def filter(self, request: web.Request) -> web.Response:
         return web.Response(body=_filter_answer(await request.read()), content_type="application/json")
@@ -55,16 +52,12 @@ class NullExtender:
 
     async def bind(self, request: web.Request) -> web.Response:
         args = _args.decode(await request.read())
-        binding = {
-            "apiVersion": "v1",
-            "kind": "Binding",
-            "metadata": {"name": args["PodName"], "namespace": args["PodNamespace"], "uid": args["PodUID"]},
-            "target": {"apiVersion": "v1", "kind": "Node", "name": args["Node"]},
-        }
-        assert self.session is not None
-        url = f"{self.server}/api/v1/namespaces/{args['PodNamespace']}/pods/{args['PodName']}/binding"
-        async with self.session.post(url, data=_encode(binding), headers={"Content-Type": "application/json"}) as sent:
-            error = "" if sent.status < 300 else f"binding: HTTP {sent.status}: {(await sent.text())[:200]}"
+        assert self.kube is not None
+        try:
+            await self.kube.bind(args["PodNamespace"], args["PodName"], args["PodUID"], args["Node"])
+            error = ""
+        except ApiError as exc:
+            error = f"binding: {exc}"
         return web.Response(body=_encode({"Error": error}), content_type="application/json")
 
     @staticmethod
@@ -77,8 +70,7 @@ def main() -> None:
     parser.add_argument("--kubeconfig", required=True)
     parser.add_argument("--port", type=int, default=8888)
     args = parser.parse_args()
-    with open(args.kubeconfig, encoding="utf-8") as file:
-        extender = NullExtender(yaml.safe_load(file))
+    extender = NullExtender(args.kubeconfig)
     app = web.Application()
     app.on_startup.append(extender.start)
     app.on_cleanup.append(extender.stop)

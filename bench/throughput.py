@@ -56,7 +56,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bench.plane import GPU, add_nodes, bulk, cpu_seconds
 from tests.e2e.api import pod_manifest
-from tests.e2e.binaries import locate_binaries
+from tests.e2e.binaries import REPO, locate_binaries
 from tests.e2e.controlplane import ADMIN_TOKEN, ControlPlane, Extender, extender_config
 from tests.e2e.process import Proc, free_port, wait_for
 
@@ -255,7 +255,8 @@ def start_null_extender(plane: ControlPlane) -> Extender:
     """``bench.null_extender`` in the extender's place (same ServiceAccount, same process slot)."""
     port = free_port()
     argv = [sys.executable, "-m", "bench.null_extender", "--kubeconfig", str(plane.extender_kubeconfig())]
-    proc = Proc("extender", [*argv, "--port", str(port)], plane.workdir / "logs" / "null-extender.log")
+    log = plane.workdir / "logs" / "null-extender.log"
+    proc = Proc("extender", [*argv, "--port", str(port)], log, env={"PYTHONPATH": str(REPO)})
     plane.procs["extender"] = proc.start()
     extender = Extender(proc, port)
     extender.wait_ready()
