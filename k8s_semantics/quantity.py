@@ -7,6 +7,7 @@ its integer rounding (``Value()`` and ``MilliValue()`` both round up), so we par
 
 from __future__ import annotations
 
+import functools
 import re
 from fractions import Fraction
 
@@ -46,6 +47,15 @@ def parse_quantity(text: str | int) -> Fraction:
         return Fraction(text)
     if not isinstance(text, str):
         raise QuantityError(f"invalid quantity {text!r}: expected a string")
+    return _parse_short(text) if len(text) <= _MEMO_LENGTH else _parse_text(text)
+
+
+# The same few quantities come in every pod and claim, and a Fraction is immutable: short texts
+# are parsed once (bounded: at most 4,096 texts of at most 64 characters are kept).
+_MEMO_LENGTH = 64
+
+
+def _parse_text(text: str) -> Fraction:
     match = _QUANTITY.match(text.strip())
     if match is None or (not match["int"] and not match["frac"]):
         raise QuantityError(f"invalid quantity {text!r}")
@@ -61,6 +71,9 @@ def parse_quantity(text: str | int) -> Fraction:
     else:
         value *= _DECIMAL[match["dec"] or ""]
     return -value if match["sign"] == "-" else value
+
+
+_parse_short = functools.lru_cache(maxsize=4096)(_parse_text)
 
 
 def ceil_value(value: Fraction) -> int:

@@ -55,6 +55,12 @@ class BestFit:
         demand = pod_devices(pod, self.args.resource)
         return self._memo.get(demand, batch, lambda rows: self._score_batch(demand, rows))
 
+    def row_key(self, pod: PodInfo) -> PodDevices:
+        return pod_devices(pod, self.args.resource)
+
+    def score_rows(self, key: PodDevices, batch: Batch) -> Int64Array:
+        return self._score_batch(key, batch)
+
     def _score_batch(self, demand: PodDevices, batch: Batch) -> Int64Array:
         placed = fit_demand_batch(demand, batch, self.args.resource)
         milli_after = placed.idle - demand.total

@@ -192,6 +192,12 @@ class GpuFragmentation:
         demand = pod_devices(pod, self.args.resource)
         return self._memo.get(demand, batch, lambda rows: self._score_batch(demand, rows))
 
+    def row_key(self, pod: PodInfo) -> PodDevices:
+        return pod_devices(pod, self.args.resource)
+
+    def score_rows(self, key: PodDevices, batch: Batch) -> Int64Array:
+        return self._score_batch(key, batch)
+
     def _score_batch(self, demand: PodDevices, batch: Batch) -> Int64Array:
         free = batch.devices_free(self.args.resource)
         fits, after = first_fit_batch(free, demand.count, demand.milli)

@@ -7,7 +7,7 @@ reader who knows the in-tree framework can map every piece.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -257,6 +257,18 @@ class ScorePlugin(Protocol):
 
     def score_batch(self, pod: PodInfo, batch: Any) -> Any:
         """Scores for every node of a ``scoring.table.Batch`` (an int64 array), or None to fall back."""
+        ...
+
+
+class RowScorer(Protocol):
+    """A Score plugin whose batch score of a node depends only on the node's table row and a key
+    derived from the pod (``scoring.row_memo``). ``scoring.profile`` then memoises the profile's
+    combined score per row, calling ``score_rows`` only for the rows written since."""
+
+    def row_key(self, pod: PodInfo) -> Hashable: ...
+
+    def score_rows(self, key: Any, batch: Any) -> Any:
+        """``score_batch`` without a memo, for the pod ``key`` came from (an int64 array)."""
         ...
 
 

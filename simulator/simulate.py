@@ -188,13 +188,14 @@ class _Scheduler:
         self.choose: Callable[[list[str]], str] = self.rng.choice if tie_break == "random" else min
         self.scheduler = scheduler
         self.kube = scheduler.scoring() if scheduler is not None else None
-        self._all_names = _encode([node.name for node in nodes])
+        self._names = [node.name for node in nodes]
+        self._all_names = _encode(self._names)
         self._by_spec: dict[frozenset[str], tuple[bytes, list[str]]] = {}
 
     def candidates(self, pod: SimPod) -> tuple[bytes, list[str]]:
         """Nodes whose GPU model the pod accepts, as encoded NodeNames (and names), cached per spec."""
         if not pod.gpu_spec or not pod.gpus:
-            return self._all_names, list(self.nodes)
+            return self._all_names, self._names
         entry = self._by_spec.get(pod.gpu_spec)
         if entry is None:
             names = [n.name for n in self.nodes.values() if n.model in pod.gpu_spec]

@@ -12,6 +12,7 @@ from scoring.best_fit import BestFit, BestFitArgs
 from scoring.fragmentation import GpuFragmentation
 from scoring.framework import NodeInfo, PodInfo
 from scoring.managed_fit import ManagedResourcesFit
+from scoring.profile import Profile, ScorePluginSpec
 from scoring.resources import PodResources
 from scoring.row_memo import RowMemo
 from scoring.table import Batch, Int64Array, NodeTable
@@ -125,3 +126,30 @@ def test_managed_fit_verdicts_follow_the_node() -> None:
     assert verdicts.codes.tolist() == [1, 2]
     assert [verdicts.status(i).reason for i in range(2)] == ["Insufficient cpu"] * 2
     assert np.array_equal(verdicts.reason_index, fit.filter_batch(pod, batch).reason_index)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(gpu_pods(), min_size=1, max_size=3),
+    st.lists(st.tuples(st.integers(0, 5), gpu_nodes()), min_size=1, max_size=25),
+    st.integers(1, 30),
+)
+def test_memoised_profile_follows_every_update(
+    pods: list[PodInfo], updates: list[tuple[int, NodeInfo]], fgd_weight: int
+) -> None:
+    """The profile's own memo of the combined score (its plugins are all ``RowScorer``s): after each
+    node update, for pods of several shapes in turn, every answer equals the scalar definition."""
+    profile = Profile(
+        [], [ScorePluginSpec(fgd("Linear"), fgd_weight), ScorePluginSpec(BestFit(BestFitArgs.parse(None)), 1)]
+    )
+    table: NodeTable = NodeTable(capacity=2)
+    nodes: dict[str, NodeInfo] = {}
+    for step, (index, node) in enumerate(updates):
+        nodes[f"n{index}"] = replace(node, name=f"n{index}")
+        table.upsert(nodes[f"n{index}"])
+        batch = table.batch(list(nodes))
+        assert batch is not None
+        pod = pods[step % len(pods)]
+        scores = profile.node_scores_batch(pod, batch)
+        assert scores is not None
+        assert scores.tolist() == [profile.score(pod, node).node_score for node in nodes.values()]
