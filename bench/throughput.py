@@ -3,9 +3,13 @@
 One control plane on loopback (tests/e2e/controlplane.py), 1,000 nodes (700 with 8 GPUs, 300
 CPU-only), then in each round, one after the other on the same cluster:
 
-* ``baseline``: kube-scheduler alone, its default profile (no extender), serving ``gpu-scheduler``;
-* ``extender``: kube-scheduler with the shipped deploy/kube-scheduler-config.yaml and the extender
-  (the shipped deploy/ config) as a process;
+* ``baseline``: kube-scheduler alone, its default profile (no extender), serving ``gpu-scheduler``,
+  on Go's default runtime settings;
+* ``extender``: kube-scheduler with the shipped deploy/kube-scheduler-config.yaml and the Go runtime
+  settings of deploy/deployment.yaml (GOGC, GOMEMLIMIT), and the extender (the shipped deploy/
+  config) as a process;
+* with ``--extra-phase extender-go-defaults``, the same with kube-scheduler on Go's defaults, and with
+  ``baseline-go-shipped`` kube-scheduler alone with deploy/'s settings: what those settings change;
 * with ``--extra-phase extender-null``, also the shipped kube-scheduler config behind
   ``bench.null_extender`` (passes the first candidate, binds, nothing else): what the extender
   protocol costs kube-scheduler and the API server, which no extender can avoid.
@@ -57,7 +61,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from bench.plane import GPU, add_nodes, bulk, cpu_seconds
 from tests.e2e.api import pod_manifest
 from tests.e2e.binaries import REPO, locate_binaries
-from tests.e2e.controlplane import ADMIN_TOKEN, ControlPlane, Extender, extender_config
+from tests.e2e.controlplane import ADMIN_TOKEN, ControlPlane, Extender, extender_config, scheduler_env
 from tests.e2e.process import Proc, free_port, wait_for
 
 NAMESPACE = "bench"
@@ -244,6 +248,8 @@ def baseline_scheduler_config(path: Path) -> Path:
 
 EXTRA_PHASES = (
     "baseline-nobatching",
+    "baseline-go-shipped",
+    "extender-go-defaults",
     "extender-sampled",
     "extender-feasible",
     "extender-failures-always",
@@ -316,7 +322,9 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         default=[],
         choices=EXTRA_PHASES,
-        help="also run: kube-scheduler alone without opportunistic batching; the shipped profile with "
+        help="also run: kube-scheduler alone without opportunistic batching; kube-scheduler alone with deploy/'s Go "
+        "runtime settings (GOGC, GOMEMLIMIT); the shipped configuration with kube-scheduler on Go's defaults; "
+        "the shipped profile with "
         "kube-scheduler's default percentageOfNodesToScore (the extender sees a sample of the nodes); the shipped "
         "configuration with filterReturns: Feasible; the shipped configuration with filterFailures: Always; "
         "kube-scheduler with the shipped profile behind bench.null_extender (passes the first candidate, binds)",
@@ -345,7 +353,8 @@ def main(argv: list[str] | None = None) -> int:
                 if name.startswith("baseline"):
                     flags = ["--feature-gates=OpportunisticBatching=false"] if name == "baseline-nobatching" else []
                     config = baseline_scheduler_config(workdir / "baseline-scheduler.yaml")
-                    plane.start_scheduler(0, config, qps=qps, flags=flags)
+                    env = scheduler_env() if name == "baseline-go-shipped" else {}
+                    plane.start_scheduler(0, config, qps=qps, flags=flags, env=env)
                 else:
                     config = extender_config()
                     if name == "extender-feasible":
@@ -355,7 +364,8 @@ def main(argv: list[str] | None = None) -> int:
                     null = name == "extender-null"
                     extender = start_null_extender(plane) if null else plane.start_extender(config)
                     edit = _sampled if name == "extender-sampled" else None
-                    plane.start_scheduler(extender.port, qps=qps, edit=edit)
+                    go_env = {} if name == "extender-go-defaults" else None  # None: deploy/'s GOGC, GOMEMLIMIT
+                    plane.start_scheduler(extender.port, qps=qps, edit=edit, env=go_env)
                     wait_for("kube-scheduler to lead", lambda since=started: _leading_since(plane, since), 60)
                 phase = run_phase(plane, f"r{round_index}-{name}", gpus, watch, args.timeout)
                 if name.startswith("extender") and name != "extender-null":  # the null one keeps no metrics

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -124,3 +125,22 @@ def test_the_image_builds_its_wheel_from_every_package() -> None:
     copied = set(re.findall(r"^COPY (\w+)/ \1/$", builder, flags=re.MULTILINE))
     assert copied == packages
     assert all((root / p / "__init__.py").is_file() for p in packages)
+
+
+_GO_BYTES = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+_K8S_BYTES = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+
+
+def test_kube_scheduler_go_memory_limit_sits_below_its_container_limit() -> None:
+    """GOGC makes GC cycles rare; GOMEMLIMIT (Go's syntax: bytes with an optional B/KiB/MiB/GiB/TiB)
+    must then trigger the GC before the container's memory limit is reached."""
+    docs = yaml.safe_load_all((DEPLOY / "deployment.yaml").read_text())
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    (scheduler,) = [c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "kube-scheduler"]
+    env = {item["name"]: item["value"] for item in scheduler["env"]}
+    assert isinstance(env["GOGC"], str) and int(env["GOGC"]) > 100
+    number, unit = re.fullmatch(r"([0-9]+)([KMGT]iB|B)?", env["GOMEMLIMIT"]).groups()  # type: ignore[union-attr]
+    go_limit = int(number) * _GO_BYTES[unit or "B"]
+    number, unit = re.fullmatch(r"([0-9]+)([KMGT]i)", scheduler["resources"]["limits"]["memory"]).groups()  # type: ignore[union-attr]
+    container_limit = int(number) * _K8S_BYTES[unit]
+    assert 0.8 * container_limit <= go_limit <= 0.95 * container_limit

@@ -39,6 +39,7 @@ __all__ = [
     "extender_config",
     "running",
     "scheduler_config",
+    "scheduler_env",
 ]
 
 DEPLOY = REPO / "deploy"
@@ -55,6 +56,18 @@ def scheduler_config(
     for extender in config.get("extenders", []):
         extender["urlPrefix"] = f"http://127.0.0.1:{extender_port}"
     return config
+
+
+def scheduler_env(deployment: Path = DEPLOY / "deployment.yaml") -> dict[str, str]:
+    """The environment deploy/deployment.yaml gives its kube-scheduler container (its Go runtime
+    settings): part of the shipped configuration, so the harness runs kube-scheduler with it."""
+    for doc in yaml.safe_load_all(deployment.read_text()):
+        if not doc or doc.get("kind") != "Deployment":
+            continue
+        for container in doc["spec"]["template"]["spec"]["containers"]:
+            if container["name"] == "kube-scheduler":
+                return {item["name"]: str(item["value"]) for item in container.get("env", [])}
+    raise ValueError(f"{deployment}: no kube-scheduler container")
 
 
 def extender_config(source: Path = DEPLOY / "extender-config.yaml") -> dict[str, Any]:
@@ -278,13 +291,18 @@ class ControlPlane:
         qps: float | None = None,
         edit: Callable[[dict[str, Any]], None] | None = None,
         flags: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
     ) -> Proc:
         """kube-scheduler with the shipped profile, as the extender's ServiceAccount.
 
         ``name`` tells instances apart (process, config and log file); ``qps`` lifts its client's rate
         limit (kube-scheduler's default is 50 requests/s); ``edit`` changes the config before it is used;
-        ``flags`` are added to the command line (e.g. ``--feature-gates=...``).
+        ``flags`` are added to the command line (e.g. ``--feature-gates=...``); ``env`` is the process's
+        extra environment, by default deploy/deployment.yaml's for the shipped profile and none for
+        another ``source``.
         """
+        if env is None:
+            env = scheduler_env() if source == DEPLOY / "kube-scheduler-config.yaml" else {}
         config = scheduler_config(self.extender_kubeconfig(), extender_port, source)
         if qps is not None:
             config["clientConnection"].update(qps=qps, burst=int(2 * qps))
@@ -304,6 +322,7 @@ class ControlPlane:
                 f"--write-config-to={self.workdir / f'{name}-effective.yaml'}",
             ],
             self.workdir / "logs" / f"{name}.log",
+            env=dict(env),
         )
         # --write-config-to makes the binary write the effective config and exit: run it once for that.
         subprocess.run(proc.argv, check=True, capture_output=True, timeout=60)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tests.e2e.conftest import GPU, Cluster, Group
+from tests.e2e.controlplane import scheduler_env
 
 
 def test_one_gpu_pods_pack_onto_one_node(group: Group) -> None:
@@ -84,3 +87,16 @@ def test_the_effective_profile_lets_the_extender_decide(cluster: Cluster) -> Non
     assert GPU not in (fit.get("ignoredResources") or [])
     assert fit["scoringStrategy"]["type"] == "MostAllocated"
     assert [r["name"] for r in fit["scoringStrategy"]["resources"]] == [GPU]  # GPUs only: cpu stays free
+
+
+def test_kube_scheduler_runs_with_the_shipped_go_runtime_settings(group: Group) -> None:
+    """deploy/deployment.yaml's GOGC and GOMEMLIMIT reach the real kube-scheduler, which starts with
+    them (Go refuses to start on an invalid value) and schedules."""
+    environ = Path(f"/proc/{group.cluster.plane.procs['kube-scheduler'].pid}/environ").read_bytes()
+    settings = dict(item.split(b"=", 1) for item in environ.split(b"\0") if b"=" in item)
+    shipped = scheduler_env()
+    assert set(shipped) == {"GOGC", "GOMEMLIMIT"}
+    assert {name: settings.get(name.encode()) for name in shipped} == {n: v.encode() for n, v in shipped.items()}
+    group.node("a")
+    group.pod("p", gpus=1)
+    assert group.wait_bound("p") == {"p": f"{group.name}-a"}
