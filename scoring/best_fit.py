@@ -52,16 +52,14 @@ class BestFit:
         return _value(placed.cpu_left - placed.demand.cpu, placed.idle - placed.demand.total)
 
     def score_batch(self, pod: PodInfo, batch: Batch) -> Int64Array | None:
-        demand = pod_devices(pod, self.args.resource)
-        return self._memo.get(demand, batch, lambda rows: self._score_batch(demand, rows))
+        demand = self.row_key(pod)
+        return self._memo.get(demand, batch, lambda rows: self.score_rows(demand, rows))
 
     def row_key(self, pod: PodInfo) -> PodDevices:
+        """A node's score depends on its row and the pod's demand alone (``RowScorer``)."""
         return pod_devices(pod, self.args.resource)
 
-    def score_rows(self, key: PodDevices, batch: Batch) -> Int64Array:
-        return self._score_batch(key, batch)
-
-    def _score_batch(self, demand: PodDevices, batch: Batch) -> Int64Array:
+    def score_rows(self, demand: PodDevices, batch: Batch) -> Int64Array:
         placed = fit_demand_batch(demand, batch, self.args.resource)
         milli_after = placed.idle - demand.total
         cpu_after = placed.cpu_left - demand.cpu

@@ -189,16 +189,14 @@ class GpuFragmentation:
         return result
 
     def score_batch(self, pod: PodInfo, batch: Batch) -> Int64Array | None:
-        demand = pod_devices(pod, self.args.resource)
-        return self._memo.get(demand, batch, lambda rows: self._score_batch(demand, rows))
+        demand = self.row_key(pod)
+        return self._memo.get(demand, batch, lambda rows: self.score_rows(demand, rows))
 
     def row_key(self, pod: PodInfo) -> PodDevices:
+        """A node's score depends on its row and the pod's demand alone (``RowScorer``)."""
         return pod_devices(pod, self.args.resource)
 
-    def score_rows(self, key: PodDevices, batch: Batch) -> Int64Array:
-        return self._score_batch(key, batch)
-
-    def _score_batch(self, demand: PodDevices, batch: Batch) -> Int64Array:
+    def score_rows(self, demand: PodDevices, batch: Batch) -> Int64Array:
         free = batch.devices_free(self.args.resource)
         fits, after = first_fit_batch(free, demand.count, demand.milli)
         left = cpu_free_batch(batch)
