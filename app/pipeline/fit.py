@@ -75,8 +75,8 @@ class ResourceFit(Participant):
     def node_scores(
         self, pod: PodInfo, candidates: Candidates, batch: Batch | None, plugin: str | None
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
-        """The profile's 0..100 score per candidate, and whether the node could be scored at all."""
-        pod = self.claim_devices.with_claim_devices(pod)
+        """The profile's 0..100 score per candidate, and whether the node could be scored at all
+        (``pod`` with its claims' devices, ``with_claim_devices``)."""
         names = candidates.names
         scores = None if batch is None else self.profile.node_scores_batch(pod, batch, plugin)
         if scores is None or batch is None:
@@ -93,11 +93,11 @@ class ResourceFit(Participant):
 
     def break_ties(self, pod: PodInfo, candidates: Candidates, batch: Batch | None, best: BoolArray) -> BoolArray:
         """Of the ``best`` candidates, those that keep the best priority after ``tieBreak`` (all of them
-        without one, or for a pod that asks for none of its resources)."""
+        without one, or for a pod that asks for none of its resources; ``pod`` with its claims'
+        devices)."""
         if self.tie_break is None or np.count_nonzero(best) < 2:
             return best
         resources = self.tie_break.most_allocated
-        pod = self.claim_devices.with_claim_devices(pod)
         if not asks_for_any(pod, resources):
             return best
         positions = np.flatnonzero(best)
@@ -119,6 +119,7 @@ class ResourceFit(Participant):
     def priorities(self, pod: PodInfo, candidates: Candidates, batch: Batch | None, plugin: str | None) -> list[int]:
         """0..10 per candidate: the node scores through the configured priority scale; of the best
         nodes, those ``tieBreak`` leaves out get 9 (not for one plugin's scores alone)."""
+        pod = self.claim_devices.with_claim_devices(pod)  # once for the scores and the tie-break
         scores, known = self.node_scores(pod, candidates, batch, plugin)
         priorities = priority_scale.scale_batch(self.scale, scores, known)
         if plugin is None and self.tie_break is not None:
@@ -130,6 +131,7 @@ class ResourceFit(Participant):
     def best_scored(self, pod: PodInfo, candidates: Candidates, batch: Batch | None) -> list[str]:
         """``filterReturns: BestScored``: the candidates the profile scores highest, after ``tieBreak``
         (prioritize then asks about these, so the table remembers their rows)."""
+        pod = self.claim_devices.with_claim_devices(pod)  # once for the scores and the tie-break
         scores, known = self.node_scores(pod, candidates, batch, None)
         keep = self.break_ties(pod, candidates, batch, best_scored_batch(scores, known))
         best = [name for name, kept in zip(candidates.names, keep.tolist(), strict=True) if kept]
