@@ -59,12 +59,14 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.plane import GPU, add_nodes, bulk, cpu_seconds
+from bench.pprof import SCHEDULER_FLAGS, capture
 from tests.e2e.api import pod_manifest
 from tests.e2e.binaries import REPO, locate_binaries
 from tests.e2e.controlplane import ADMIN_TOKEN, ControlPlane, Extender, extender_config, scheduler_env
 from tests.e2e.process import Proc, free_port, wait_for
 
 NAMESPACE = "bench"
+PPROF_SECONDS = 5
 VERBS = ("filter", "prioritize", "bind", "preempt")
 
 
@@ -214,8 +216,15 @@ def _quantile(buckets: list[tuple[float, float]], count: float, q: float) -> flo
     return previous_bound
 
 
-def run_phase(plane: ControlPlane, name: str, gpus: list[int], watch: BindWatch, timeout: float) -> Phase:
+def run_phase(
+    plane: ControlPlane, name: str, gpus: list[int], watch: BindWatch, timeout: float, pprof: Path | None = None
+) -> Phase:
     names = {f"{name}-{i:05d}" for i in range(len(gpus))}
+    profiling = None
+    if pprof is not None:  # the first seconds of the phase, the shortest phase's length
+        argv = plane.procs["kube-scheduler"].argv
+        port = next(int(a.split("=", 1)[1]) for a in argv if a.startswith("--secure-port="))
+        profiling = capture(port, PPROF_SECONDS, pprof / f"{name}.pb.gz")
     cpu_before = _cpu(plane.procs)
     started = time.monotonic()
     asyncio.run(bulk(plane, _pods(name, gpus), concurrency=8))
@@ -225,6 +234,8 @@ def run_phase(plane: ControlPlane, name: str, gpus: list[int], watch: BindWatch,
     elapsed = (watch.last(names) if bound else time.monotonic()) - started
     cpu_after = _cpu(plane.procs)
     cpu = {k: round(cpu_after[k] - cpu_before.get(k, 0.0), 2) for k in cpu_after}
+    if profiling is not None:
+        profiling.join()
     return Phase(name, len(names), round(elapsed, 2), round(bound / elapsed, 1), len(names) - bound, cpu)
 
 
@@ -329,12 +340,21 @@ def main(argv: list[str] | None = None) -> int:
         "configuration with filterReturns: Feasible; the shipped configuration with filterFailures: Always; "
         "kube-scheduler with the shipped profile behind bench.null_extender (passes the first candidate, binds)",
     )
+    parser.add_argument(
+        "--pprof",
+        help=f"directory for a CPU profile of kube-scheduler over the first {PPROF_SECONDS} s of each phase "
+        "(read them with python -m bench.pprof)",
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--workdir", help="keep the control plane's files and logs here")
     args = parser.parse_args(argv)
 
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="kge-throughput-"))
+    pprof = Path(args.pprof) if args.pprof else None
+    if pprof is not None:
+        pprof.mkdir(parents=True, exist_ok=True)
+    profile_flags = list(SCHEDULER_FLAGS) if pprof is not None else []
     plane = ControlPlane(workdir, locate_binaries())
     results: dict[str, Any] = {"args": vars(args), "rounds": []}
     try:
@@ -354,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
                     flags = ["--feature-gates=OpportunisticBatching=false"] if name == "baseline-nobatching" else []
                     config = baseline_scheduler_config(workdir / "baseline-scheduler.yaml")
                     env = scheduler_env() if name == "baseline-go-shipped" else {}
-                    plane.start_scheduler(0, config, qps=qps, flags=flags, env=env)
+                    plane.start_scheduler(0, config, qps=qps, flags=[*flags, *profile_flags], env=env)
                 else:
                     config = extender_config()
                     if name == "extender-feasible":
@@ -365,9 +385,9 @@ def main(argv: list[str] | None = None) -> int:
                     extender = start_null_extender(plane) if null else plane.start_extender(config)
                     edit = _sampled if name == "extender-sampled" else None
                     go_env = {} if name == "extender-go-defaults" else None  # None: deploy/'s GOGC, GOMEMLIMIT
-                    plane.start_scheduler(extender.port, qps=qps, edit=edit, env=go_env)
+                    plane.start_scheduler(extender.port, qps=qps, edit=edit, env=go_env, flags=profile_flags)
                     wait_for("kube-scheduler to lead", lambda since=started: _leading_since(plane, since), 60)
-                phase = run_phase(plane, f"r{round_index}-{name}", gpus, watch, args.timeout)
+                phase = run_phase(plane, f"r{round_index}-{name}", gpus, watch, args.timeout, pprof)
                 if name.startswith("extender") and name != "extender-null":  # the null one keeps no metrics
                     phase.verbs = _verb_latencies(extender)
                 if name == "extender" and round_index == args.rounds - 1:
