@@ -10,6 +10,8 @@ import yaml
 
 from app.cluster.kueue_watch import KUEUE_KINDS
 from app.config import parse_config
+from k8s_semantics.quantity import parse_quantity
+from tests.e2e.controlplane import scheduler_container
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 
@@ -128,19 +130,15 @@ def test_the_image_builds_its_wheel_from_every_package() -> None:
 
 
 _GO_BYTES = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
-_K8S_BYTES = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
 
 
 def test_kube_scheduler_go_memory_limit_sits_below_its_container_limit() -> None:
     """GOGC makes GC cycles rare; GOMEMLIMIT (Go's syntax: bytes with an optional B/KiB/MiB/GiB/TiB)
     must then trigger the GC before the container's memory limit is reached."""
-    docs = yaml.safe_load_all((DEPLOY / "deployment.yaml").read_text())
-    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
-    (scheduler,) = [c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "kube-scheduler"]
+    scheduler = scheduler_container()
     env = {item["name"]: item["value"] for item in scheduler["env"]}
     assert isinstance(env["GOGC"], str) and int(env["GOGC"]) > 100
     number, unit = re.fullmatch(r"([0-9]+)([KMGT]iB|B)?", env["GOMEMLIMIT"]).groups()  # type: ignore[union-attr]
     go_limit = int(number) * _GO_BYTES[unit or "B"]
-    number, unit = re.fullmatch(r"([0-9]+)([KMGT]i)", scheduler["resources"]["limits"]["memory"]).groups()  # type: ignore[union-attr]
-    container_limit = int(number) * _K8S_BYTES[unit]
+    container_limit = parse_quantity(scheduler["resources"]["limits"]["memory"])
     assert 0.8 * container_limit <= go_limit <= 0.95 * container_limit

@@ -39,6 +39,7 @@ __all__ = [
     "extender_config",
     "running",
     "scheduler_config",
+    "scheduler_container",
     "scheduler_env",
 ]
 
@@ -58,16 +59,22 @@ def scheduler_config(
     return config
 
 
-def scheduler_env(deployment: Path = DEPLOY / "deployment.yaml") -> dict[str, str]:
-    """The environment deploy/deployment.yaml gives its kube-scheduler container (its Go runtime
-    settings): part of the shipped configuration, so the harness runs kube-scheduler with it."""
+def scheduler_container(deployment: Path = DEPLOY / "deployment.yaml") -> dict[str, Any]:
+    """The kube-scheduler container of deploy/deployment.yaml's Deployment, as written."""
     for doc in yaml.safe_load_all(deployment.read_text()):
         if not doc or doc.get("kind") != "Deployment":
             continue
         for container in doc["spec"]["template"]["spec"]["containers"]:
             if container["name"] == "kube-scheduler":
-                return {item["name"]: str(item["value"]) for item in container.get("env", [])}
+                found: dict[str, Any] = container
+                return found
     raise ValueError(f"{deployment}: no kube-scheduler container")
+
+
+def scheduler_env(deployment: Path = DEPLOY / "deployment.yaml") -> dict[str, str]:
+    """The environment deploy/deployment.yaml gives its kube-scheduler container (its Go runtime
+    settings): part of the shipped configuration, so the harness runs kube-scheduler with it."""
+    return {item["name"]: str(item["value"]) for item in scheduler_container(deployment).get("env", [])}
 
 
 def extender_config(source: Path = DEPLOY / "extender-config.yaml") -> dict[str, Any]:
