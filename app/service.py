@@ -162,7 +162,7 @@ class ExtenderService:
         INFO for those that change state (binds, preemption), WARNING for failed binds."""
         entry = {"time": self.wall_clock(), "verb": verb, "pod": pod, "outcome": outcome, **detail}
         self.decisions.append(entry)
-        self.metrics.results.labels(verb, outcome).inc()
+        self.metrics.result(verb, outcome).inc()
         if log.isEnabledFor(level):
             log.log(level, msg, extra={"decision": entry})
 
@@ -244,7 +244,7 @@ class ExtenderService:
             wire.remember_node_names(wire.encode(passed), passed)
         reasons = verdicts.reason_counts()
         for reason, count in reasons.items():
-            self.metrics.filter_failures.labels(reason).inc(count)
+            self.metrics.filter_failure(reason).inc(count)
         if feasible != len(passed):
             self._record("filter", pod.key, "ok", passed=len(passed), feasible=feasible, failed=reasons)
         else:

@@ -110,12 +110,15 @@ def fit(pod: PodInfo, node: NodeInfo, resource: str) -> Fit | None:
 
 @dataclass(frozen=True, slots=True)
 class FitBatch:
-    """``Fit`` per node of a batch, with where the pod fits."""
+    """``Fit`` per node of a batch, with where the pod fits: the devices' free milli-devices before
+    (``free``) and after first fit (``after``, unchanged where the pod does not fit)."""
 
     demand: PodDevices
     fits: BoolArray
     idle: Int64Array
     cpu_left: Int64Array
+    free: Int64Array
+    after: Int64Array
 
 
 def fit_batch(pod: PodInfo, batch: Batch, resource: str) -> FitBatch:
@@ -123,12 +126,18 @@ def fit_batch(pod: PodInfo, batch: Batch, resource: str) -> FitBatch:
 
 
 def fit_demand_batch(demand: PodDevices, batch: Batch, resource: str) -> FitBatch:
-    """``fit_batch`` for a demand already worked out (what per-node memos are keyed by)."""
+    """``fit_batch`` for a demand already worked out (what per-node memos are keyed by); computed
+    once per batch and shared by the plugins that score it (read-only)."""
+    return batch.shared(("fit", resource, demand), lambda rows: _fit_demand_batch(demand, rows, resource))
+
+
+def _fit_demand_batch(demand: PodDevices, batch: Batch, resource: str) -> FitBatch:
     free = batch.devices_free(resource)
     left = cpu_free_batch(batch)
-    fits, _ = first_fit_batch(free, demand.count, demand.milli)
+    fits, after = first_fit_batch(free, demand.count, demand.milli)
     fits &= left >= demand.cpu
-    return FitBatch(demand, fits, np.maximum(free, 0).sum(axis=1), left)
+    fits.flags.writeable = False
+    return FitBatch(demand, fits, np.maximum(free, 0).sum(axis=1), left, free, after)
 
 
 def cpu_free(node: NodeInfo) -> int:

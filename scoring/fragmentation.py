@@ -38,9 +38,8 @@ import numpy as np
 from scoring.devices import (
     PodDevices,
     cpu_free,
-    cpu_free_batch,
     first_fit,
-    first_fit_batch,
+    fit_demand_batch,
     parse_resource,
     pod_devices,
 )
@@ -146,6 +145,13 @@ class GpuFragmentation:
         self._needs_gpus = self._gpus[None, :] > 0  # 1 x types
         self._popularity = np.array([t.popularity for t in workload], dtype=np.int64)
         self._levels, self._level_of = np.unique(self._milli, return_inverse=True)
+        # Per free amount a device can have (-1, no device, to MILLI_DEVICES): per distinct level, the
+        # amount if 0 < amount < level (short of it) and whether amount >= level; then max(amount, 0).
+        amounts = np.arange(-1, MILLI_DEVICES + 1, dtype=np.int64)[:, None]
+        short = np.where((amounts > 0) & (amounts < self._levels[None, :]), amounts, 0)
+        enough = (amounts >= self._levels[None, :]).astype(np.int64)
+        self._per_amount = np.concatenate((short, enough, np.maximum(amounts, 0)), axis=1)
+        self._count_column = len(self._levels) + self._level_of
         # ΔF reaching thresholds[k-1] scores at least k (Sigmoid): 1000·W·logit(k/100).
         scale = MILLI_DEVICES * self.weight
         self._thresholds = [scale * math.log(k / (MAX_NODE_SCORE - k)) for k in range(1, MAX_NODE_SCORE)]
@@ -172,20 +178,15 @@ class GpuFragmentation:
 
     # ------------------------------------------------------------------ batch twin
     def _fragmentation_batch(self, free: Int64Array, cpu_left: Int64Array) -> Int64Array:
-        """``fragmentation`` per row. Each row sorted, with prefix sums of its free milli-devices: per
-        distinct per-device milli of the types, the devices short of it are a prefix (how many:
-        one comparison per device), their free milli-devices that prefix's sum."""
-        ordered = np.sort(free, axis=1)
-        left = np.maximum(ordered, 0)
-        prefix = np.zeros((len(free), free.shape[1] + 1), dtype=np.int64)
-        np.cumsum(left, axis=1, out=prefix[:, 1:])
-        idle = prefix[:, -1]
-        below = (ordered[:, :, None] < self._levels[None, None, :]).sum(axis=1)  # nodes x distinct milli
-        short = np.take_along_axis(prefix, below, axis=1)[:, self._level_of]  # nodes x types
-        counts = (free.shape[1] - below)[:, self._level_of]
+        """``fragmentation`` per row, by table lookup: ``self._per_amount[a + 1]`` holds what one device
+        with ``a`` free milli-devices adds per distinct per-device milli of the types (its free amount if
+        it is short of it, 1 if it has enough) and to the node's idle total, so a row's sums are one
+        gather and one sum (a request computes few rows: numpy's per-call cost dominates)."""
+        sums = self._per_amount[np.maximum(free, -1) + 1].sum(axis=1)  # rows x (2 levels + 1)
+        short = sums[:, self._level_of]  # rows x types
+        counts = sums[:, self._count_column]
         hosts = self._needs_gpus & (cpu_left[:, None] >= self._cpu[None, :]) & (counts >= self._gpus[None, :])
-        per_type = np.where(hosts, short, idle[:, None])
-        result: Int64Array = per_type @ self._popularity
+        result: Int64Array = np.where(hosts, short, sums[:, -1:]) @ self._popularity
         return result
 
     def score_batch(self, pod: PodInfo, batch: Batch) -> Int64Array | None:
@@ -197,16 +198,16 @@ class GpuFragmentation:
         return pod_devices(pod, self.args.resource)
 
     def score_rows(self, demand: PodDevices, batch: Batch) -> Int64Array:
-        free = batch.devices_free(self.args.resource)
-        fits, after = first_fit_batch(free, demand.count, demand.milli)
-        left = cpu_free_batch(batch)
-        fits &= left >= demand.cpu
+        placed = fit_demand_batch(demand, batch, self.args.resource)  # shared with BestFit
+        free, left = placed.free, placed.cpu_left
         # Before and after in one pass: a request computes few rows, so numpy's per-call cost dominates.
-        both = self._fragmentation_batch(np.concatenate((free, after)), np.concatenate((left, left - demand.cpu)))
+        both = self._fragmentation_batch(
+            np.concatenate((free, placed.after)), np.concatenate((left, left - demand.cpu))
+        )
         delta = both[: len(free)] - both[len(free) :]
         if self.args.mapping is ScoreMapping.SIGMOID:
             scores = np.searchsorted(self._threshold_array, delta.astype(np.float64), side="right").astype(np.int64)
         else:
             step = self.weight * self.args.milli_per_point
             scores = np.minimum(np.maximum(MAX_NODE_SCORE // 2 + delta // step, MIN_NODE_SCORE), MAX_NODE_SCORE)
-        return np.where(fits, scores, MIN_NODE_SCORE).astype(np.int64)
+        return np.where(placed.fits, scores, MIN_NODE_SCORE).astype(np.int64)

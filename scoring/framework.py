@@ -268,7 +268,8 @@ class RowScorer(Protocol):
     def row_key(self, pod: PodInfo) -> Hashable: ...
 
     def score_rows(self, key: Any, batch: Any) -> Any:
-        """``score_batch`` without a memo, for the pod ``key`` came from (an int64 array)."""
+        """``score_batch`` without a memo, for the pod ``key`` came from (an int64 array, or None
+        when these rows cannot be scored in a batch: the caller scores one by one)."""
         ...
 
 

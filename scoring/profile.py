@@ -73,6 +73,10 @@ def _applies(spec: ScorePluginSpec, pod: PodInfo) -> bool:
     return applies is None or bool(applies(pod))
 
 
+class _NotBatchable(Exception):
+    """A plugin's ``score_rows`` cannot score these rows: the request scores node by node."""
+
+
 class Profile:
     def __init__(self, filters: Sequence[FilterPlugin], scorers: Sequence[ScorePluginSpec]) -> None:
         self.filters = tuple(filters)
@@ -129,7 +133,10 @@ class Profile:
         if plugin is None and specs:
             keys = self._row_keys(pod, specs)
             if keys is not None:
-                return self._memo.get(keys, batch, lambda rows: self._combined_rows(specs, keys, rows))
+                try:
+                    return self._memo.get(keys, batch, lambda rows: self._combined_rows(specs, keys, rows))
+                except _NotBatchable:
+                    return None
         total = np.zeros(len(batch), dtype=np.int64)
         weight_sum = 0
         for spec in specs:
@@ -160,6 +167,9 @@ class Profile:
         if not weight_sum:
             return total
         for spec, (_, key) in zip(specs, keys, strict=True):
-            total += cast(RowScorer, spec.plugin).score_rows(key, rows) * spec.weight
+            scores = cast(RowScorer, spec.plugin).score_rows(key, rows)
+            if scores is None:
+                raise _NotBatchable
+            total += scores * spec.weight
         result: Int64Array = total // weight_sum
         return result

@@ -66,6 +66,14 @@ class ScarceResourceAvoidance:
         return (len(unrequested) - scarce) * MAX_NODE_SCORE // len(unrequested)
 
     def score_batch(self, pod: PodInfo, batch: Batch) -> Int64Array | None:
+        return self.score_rows(self.row_key(pod), batch)
+
+    def row_key(self, pod: PodInfo) -> frozenset[str]:
+        """A node's score depends on its row (its resource types) and the pod's requested resource
+        names alone (``RowScorer``)."""
+        return pod.resources.requested_names
+
+    def score_rows(self, requested: frozenset[str], batch: Batch) -> Int64Array | None:
         """``score`` for every node of ``batch``: set sizes by popcount over per-node type bitmasks.
 
         None when the cluster has more resource types than bits (the caller scores one by one).
@@ -74,7 +82,7 @@ class ScarceResourceAvoidance:
         if masks is None:
             return None
         all_bits = (1 << 64) - 1
-        not_requested = np.uint64(~batch.table.mask_of(pod.resources.requested_names) & all_bits)
+        not_requested = np.uint64(~batch.table.mask_of(requested) & all_bits)
         unrequested = masks & not_requested
         scarce = np.bitwise_count(unrequested & np.uint64(batch.table.mask_of(self.args.resources))).astype(np.int64)
         count = np.bitwise_count(unrequested).astype(np.int64)

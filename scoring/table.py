@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -38,6 +39,8 @@ EXACT_LIMIT = 2**56
 # A pod amount scored in milli-devices stays below EXACT_LIMIT when it is below this.
 _DRA_POD_LIMIT = EXACT_LIMIT // (2 * MILLI_DEVICES)
 
+_T = TypeVar("_T")
+
 
 @dataclass(frozen=True, slots=True)
 class Batch:
@@ -54,9 +57,21 @@ class Batch:
     # is taken out at this position (as ``NodeInfo`` snapshots do with ``without``).
     discount_position: int = -1
     discount: PodResources | None = None
+    # Values derived from these rows that several plugins need (``shared``), computed once.
+    _shared: dict[Hashable, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def __len__(self) -> int:
         return len(self.names)
+
+    def shared(self, key: Hashable, compute: Callable[[Batch], _T]) -> _T:
+        """``compute(self)``, once per batch and ``key``: every plugin scoring these rows in one request
+        reads the same value (arrays in it must be treated as read-only). A batch lives for one
+        request, in which the table does not change."""
+        try:
+            value: _T = self._shared[key]
+        except KeyError:
+            value = self._shared[key] = compute(self)
+        return value
 
     def subset(self, keep: BoolArray, names: Sequence[str] | None = None) -> Batch:
         """These candidates where ``keep`` is True, in order, without gathering their rows again;
@@ -105,7 +120,11 @@ class Batch:
         return np.where(served, dra_requested, requested), np.where(served, dra, allocatable)
 
     def devices_free(self, resource: str) -> Int64Array:
-        """``NodeInfo.devices_free`` per node as rows of one array, padded with -1 (no such device)."""
+        """``NodeInfo.devices_free`` per node as rows of one array, padded with -1 (no such device);
+        shared by the plugins that ask (read-only)."""
+        return self.shared(("devices_free", resource), lambda batch: batch._devices_free(resource))
+
+    def _devices_free(self, resource: str) -> Int64Array:
         allocatable = np.minimum(np.maximum(self.allocatable(resource), 0), MAX_NODE_DEVICES)
         dra_used = self.table.dra_devices.get(resource)
         width = int(allocatable.max(initial=0))
@@ -117,7 +136,7 @@ class Batch:
                 width = max(width, dra_used.shape[1])
             if width == dra_used.shape[1] and served.all():  # DRA serves every node: its rows alone
                 every = dra_used[self.rows]
-                return np.where(every >= 0, MILLI_DEVICES - every, -1).astype(np.int64, copy=False)
+                return _read_only(np.where(every >= 0, MILLI_DEVICES - every, -1).astype(np.int64, copy=False))
         used = np.minimum(np.maximum(self.requested(resource), 0), allocatable)
         index = np.arange(width, dtype=np.int64)[None, :]
         free = np.where(index < used[:, None], 0, np.where(index < allocatable[:, None], MILLI_DEVICES, -1))
@@ -127,7 +146,7 @@ class Batch:
             padded = np.full((int(served.sum()), width), -1, dtype=np.int64)
             padded[:, : dra_free.shape[1]] = dra_free
             free[served] = padded
-        return free.astype(np.int64, copy=False)
+        return _read_only(free.astype(np.int64, copy=False))
 
     def pod_kinds(self, resource: str) -> dict[int, Int64Array]:
         """``NodeInfo.pod_kinds[resource]`` per node: kind -> pods of that kind on each node."""
@@ -218,6 +237,12 @@ class BatchVerdicts:
     def status(self, position: int) -> Status:
         index = int(self.reason_index[position])
         return self.reasons[index] if index >= 0 else SUCCESS
+
+
+def _read_only(values: Int64Array) -> Int64Array:
+    """``values``, no longer writable: a value ``Batch.shared`` hands to several plugins."""
+    values.flags.writeable = False
+    return values
 
 
 # Code by position: the int8 stored in BatchVerdicts.codes.

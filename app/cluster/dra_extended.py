@@ -43,7 +43,8 @@ def held(
             if amounts is not None:
                 consumed = consumed if consumed is not None else {}
                 for name, amount in amounts.items():
-                    consumed[name] = consumed.get(name, Fraction(0)) + amount
+                    before = consumed.get(name)  # one share (the common case): no Fraction sum
+                    consumed[name] = amount if before is None else before + amount
     return taken, count, consumed
 
 

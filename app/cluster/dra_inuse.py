@@ -90,5 +90,6 @@ class SharedView:
             if total is None:
                 total = {}
             for name, amount in consumed.items():
-                total[name] = total.get(name, Fraction(0)) + amount
+                before = total.get(name)  # one share (the common case): no Fraction sum
+                total[name] = amount if before is None else before + amount
         return total

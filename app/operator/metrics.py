@@ -110,5 +110,24 @@ class Metrics:
             registry=self.registry,
         )
 
+        # Children by label values, for the per-request counters: ``labels()`` takes a lock and
+        # builds a key on every call. The counters hold the same children, so this adds no growth.
+        self._results: dict[tuple[str, str], Counter] = {}
+        self._filter_failures: dict[str, Counter] = {}
+
+    def result(self, verb: str, outcome: str) -> Counter:
+        """``results.labels(verb, outcome)``."""
+        child = self._results.get((verb, outcome))
+        if child is None:
+            child = self._results[(verb, outcome)] = self.results.labels(verb, outcome)
+        return child
+
+    def filter_failure(self, reason: str) -> Counter:
+        """``filter_failures.labels(reason)``."""
+        child = self._filter_failures.get(reason)
+        if child is None:
+            child = self._filter_failures[reason] = self.filter_failures.labels(reason)
+        return child
+
     def register_cache(self, read: Callable[[], dict[str, dict[str, float]]]) -> None:
         self.registry.register(_CacheCollector(read))

@@ -15,8 +15,9 @@ from scoring.managed_fit import ManagedResourcesFit
 from scoring.profile import Profile, ScorePluginSpec
 from scoring.resources import PodResources
 from scoring.row_memo import RowMemo
+from scoring.scarce import ScarceResourceAvoidance, ScarceResourceAvoidanceArgs
 from scoring.table import Batch, Int64Array, NodeTable
-from tests.scoring.test_gpu_sharing_plugins import fgd, gpu_nodes, gpu_pods
+from tests.scoring.test_gpu_sharing_plugins import GPU, fgd, gpu_nodes, gpu_pods
 
 
 def cpu_node(name: str, cpu: int, used: int = 0) -> NodeInfo:
@@ -138,9 +139,15 @@ def test_memoised_profile_follows_every_update(
     pods: list[PodInfo], updates: list[tuple[int, NodeInfo]], fgd_weight: int
 ) -> None:
     """The profile's own memo of the combined score (its plugins are all ``RowScorer``s): after each
-    node update, for pods of several shapes in turn, every answer equals the scalar definition."""
+    node update, for pods of several shapes in turn, every answer equals the scalar definition.
+    ScarceResourceAvoidance takes part for the pods that ask for no GPU (as deploy/'s profile)."""
     profile = Profile(
-        [], [ScorePluginSpec(fgd("Linear"), fgd_weight), ScorePluginSpec(BestFit(BestFitArgs.parse(None)), 1)]
+        [],
+        [
+            ScorePluginSpec(fgd("Linear"), fgd_weight),
+            ScorePluginSpec(BestFit(BestFitArgs.parse(None)), 1),
+            ScorePluginSpec(ScarceResourceAvoidance(ScarceResourceAvoidanceArgs.parse({"resources": [GPU]})), 20),
+        ],
     )
     table: NodeTable = NodeTable(capacity=2)
     nodes: dict[str, NodeInfo] = {}
@@ -153,3 +160,26 @@ def test_memoised_profile_follows_every_update(
         scores = profile.node_scores_batch(pod, batch)
         assert scores is not None
         assert scores.tolist() == [profile.score(pod, node).node_score for node in nodes.values()]
+
+
+def test_a_profile_whose_plugin_cannot_batch_the_rows_leaves_them_to_the_scalar_path() -> None:
+    """More resource types than ScarceResourceAvoidance has bits: its ``score_rows`` gives None, and so
+    does the profile (the caller then scores node by node) instead of a memo of wrong scores."""
+    profile = Profile(
+        [],
+        [
+            ScorePluginSpec(BestFit(BestFitArgs.parse(None)), 1),
+            ScorePluginSpec(ScarceResourceAvoidance(ScarceResourceAvoidanceArgs.parse({"resources": [GPU]})), 1),
+        ],
+    )
+    pod = PodInfo("u", "ns", "p", PodResources({"cpu": 1000}, 1000, 0))
+    few = table_of(cpu_node("a", 8000))
+    batch = few.batch(["a"])
+    assert batch is not None
+    assert profile.node_scores_batch(pod, batch) is not None
+    crowded = NodeTable(capacity=2)
+    allocatable = {"cpu": 8000, **{f"example.com/r{i}": 1 for i in range(70)}}
+    crowded.upsert(NodeInfo(name="a", allocatable=allocatable, allocatable_types=frozenset(allocatable)))
+    batch = crowded.batch(["a"])
+    assert batch is not None and crowded.type_overflow
+    assert profile.node_scores_batch(pod, batch) is None
