@@ -207,8 +207,15 @@ class ExtenderService:
         self._caught_up_at = generation
         return result
 
-    def _filter(self, body: bytes) -> tuple[dict[str, Any], bool]:
-        """The filter answer, and whether it may come from a cache that lags kube-scheduler's."""
+    def filter_passed(self, body: bytes) -> list[str]:
+        """The nodes ``filter`` passes, for an in-process caller that reads nothing else (the
+        simulator): the same verdicts, without the per-node failure reasons of the wire answer."""
+        passed: list[str] | None = self._filter(body, reasons=False)[0]["NodeNames"]
+        return passed or []
+
+    def _filter(self, body: bytes, *, reasons: bool = True) -> tuple[dict[str, Any], bool]:
+        """The filter answer, and whether it may come from a cache that lags kube-scheduler's;
+        ``reasons``: False leaves the per-node failure reasons out of it."""
         try:
             args = wire.decode_extender_args(body)
             pod = self._pod(args.pod_raw)
@@ -242,13 +249,13 @@ class ExtenderService:
         elif batch is not None and batch.known.all():  # prioritize will ask about exactly these
             self.cache.table.remember(passed, batch.rows[keep])
             wire.remember_node_names(wire.encode(passed), passed)
-        reasons = verdicts.reason_counts()
-        for reason, count in reasons.items():
+        failures = verdicts.reason_counts()
+        for reason, count in failures.items():
             self.metrics.filter_failure(reason).inc(count)
         if feasible != len(passed):
-            self._record("filter", pod.key, "ok", passed=len(passed), feasible=feasible, failed=reasons)
+            self._record("filter", pod.key, "ok", passed=len(passed), feasible=feasible, failed=failures)
         else:
-            self._record("filter", pod.key, "ok", passed=len(passed), failed=reasons)
+            self._record("filter", pod.key, "ok", passed=len(passed), failed=failures)
         suspect = False
         if passed or not names:
             self._rejected.pop(pod.uid, None)
@@ -257,12 +264,12 @@ class ExtenderService:
         else:
             if self.requeuer is not None:
                 self.requeuer.rejected(pod)
-            suspect = self._rejected.get(pod.uid) == self.cache.generation or not self._lag_reasons.isdisjoint(reasons)
+            suspect = self._rejected.get(pod.uid) == self.cache.generation or not self._lag_reasons.isdisjoint(failures)
             self._rejected[pod.uid] = self.cache.generation
             self._rejected.move_to_end(pod.uid)
             while len(self._rejected) > _PENDING_PODS:
                 self._rejected.popitem(last=False)
-        if passed and self.config.filterFailures == "WhenUnschedulable":
+        if not reasons or (passed and self.config.filterFailures == "WhenUnschedulable"):
             return candidates.result(passed), suspect  # the reasons would be read by nobody
         failed = self.resources.nodes.node_reasons(verdicts, names, batch, Code.UNSCHEDULABLE)
         unresolvable = self.resources.nodes.node_reasons(verdicts, names, batch, Code.UNSCHEDULABLE_AND_UNRESOLVABLE)

@@ -229,7 +229,7 @@ class _Scheduler:
     async def _schedule(self, pod: SimPod) -> str | None:
         names, _ = self.candidates(pod)
         pod_part = b'{"Pod":' + pod.body + b',"Nodes":null,"NodeNames":'  # Go's layout, as kube-scheduler sends
-        passed: list[str] = self.service.filter(pod_part + names + b"}")["NodeNames"]
+        passed = self.service.filter_passed(pod_part + names + b"}")  # no FailedNodes: nobody reads them here
         if not passed:
             return None
         node = self._extender_choice(pod_part, passed) if self.kube is None else self._choice(pod, pod_part, passed)

@@ -313,6 +313,25 @@ def test_best_scored_filter_passes_a_single_feasible_node_and_nothing_when_none(
     }
 
 
+def test_filter_passed_gives_the_filter_answers_names_without_building_reasons(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The simulator's entry: the names ``filter`` passes, the per-node reasons never assembled."""
+    nodes = [node_obj("g1", gpus=4), node_obj("g2", gpus=1), node_obj("cpu", gpus=0)]
+    service = make_service(nodes)
+    names = ["g1", "g2", "cpu"]
+    answers = [_filter(service, pod_obj(name, gpus=gpus), names) for name, gpus in (("p", 2), ("q", 8))]
+    assert [answer["NodeNames"] or [] for answer in answers] == [["g1"], []]
+    assert answers[1]["FailedAndUnresolvableNodes"]  # the wire answer names them
+
+    def no_reasons(*args: Any) -> None:
+        raise AssertionError("per-node reasons assembled")
+
+    monkeypatch.setattr(service.resources.nodes, "node_reasons", no_reasons)
+    assert service.filter_passed(filter_body(pod_obj("p", gpus=2), names)) == ["g1"]
+    assert service.filter_passed(filter_body(pod_obj("q", gpus=8), names)) == []
+
+
 @pytest.mark.parametrize("returns", ["Feasible", "BestScored"])
 def test_filter_failures_when_unschedulable_names_reasons_only_when_no_node_passes(returns: str) -> None:
     """``filterFailures: WhenUnschedulable``: while a node passes, the rejected ones are left out

@@ -339,8 +339,8 @@ def test_filter_and_prioritize_bodies_have_kube_schedulers_layout(tmp_path: Path
     nodes, pods = trace(tmp_path, "a,8000,16384,2,T4\nb,8000,16384,2,T4\n", "p,1000,1024,1,1000,,LS,Running,0,,0\n")
     scheduler = _Scheduler(policy_config(load_config(None), "fitplus-sra"), nodes, seed=0)
     sent: list[bytes] = []
-    filter_, priorities = scheduler.service.filter, scheduler.service.priorities
-    scheduler.service.filter = lambda body: sent.append(body) or filter_(body)  # type: ignore[method-assign]
+    filter_, priorities = scheduler.service.filter_passed, scheduler.service.priorities
+    scheduler.service.filter_passed = lambda body: sent.append(body) or filter_(body)  # type: ignore[method-assign]
     scheduler.service.priorities = lambda body: sent.append(body) or priorities(body)  # type: ignore[method-assign]
     assert asyncio.run(scheduler.schedule(pods[0])) in ("a", "b")
     assert len(sent) == 2  # filter, then prioritize with the two nodes that passed
