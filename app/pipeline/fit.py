@@ -134,7 +134,7 @@ class ResourceFit(Participant):
         pod = self.claim_devices.with_claim_devices(pod)  # once for the scores and the tie-break
         scores, known = self.node_scores(pod, candidates, batch, None)
         keep = self.break_ties(pod, candidates, batch, best_scored_batch(scores, known))
-        best = [name for name, kept in zip(candidates.names, keep.tolist(), strict=True) if kept]
+        best = list(map(candidates.names.__getitem__, np.flatnonzero(keep).tolist()))  # few of many
         if batch is not None and batch.known.all():
             self.cache.table.remember(best, batch.rows[keep])
         return best
