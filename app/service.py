@@ -246,7 +246,7 @@ class ExtenderService:
         if self.config.filterReturns == BEST_SCORED and feasible > 1:
             subset = None if batch is None else batch.subset(keep, passed)
             passed = self.resources.best_scored(pod, candidates.subset(passed), subset)  # the others: left out
-        elif batch is not None and batch.known.all():  # prioritize will ask about exactly these
+        elif batch is not None and batch.all_known:  # prioritize will ask about exactly these
             self.cache.table.remember(passed, batch.rows[keep])
             wire.remember_node_names(wire.encode(passed), passed)
         failures = verdicts.reason_counts()
@@ -283,7 +283,7 @@ class ExtenderService:
         if decided is None:
             return []
         candidates, batch, priorities = decided
-        if batch is not None and batch.known.all():
+        if batch is not None and batch.all_known:
             return wire.host_priority_raw(self.cache.table.host_prefixes(batch.names, batch.rows), priorities)
         return wire.host_priority_list(candidates.names, priorities)
 

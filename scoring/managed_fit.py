@@ -77,22 +77,27 @@ class ManagedResourcesFit:
         return BatchVerdicts(self._codes[reason_index + 1], reason_index, list(self._reasons))
 
     def _reason_index(self, wants: tuple[int, ...], batch: Batch) -> npt.NDArray[np.int64]:
-        """Per node, the index in ``_reasons`` of why the pod does not fit, -1 where it fits."""
-        size = len(batch)
-        unresolvable: npt.NDArray[np.int64] = np.full(size, -1, dtype=np.int64)
-        unschedulable: npt.NDArray[np.int64] = np.full(size, -1, dtype=np.int64)
-        for index, (resource, want) in enumerate(zip(self.resources, wants, strict=True)):
+        """Per node, the index in ``_reasons`` of why the pod does not fit, -1 where it fits. Written
+        from the lowest precedence up: "does not fit now", then "never fits" over it, each in reverse
+        resource order, so the first resource of the higher kind is what remains."""
+        reason_index: npt.NDArray[np.int64] = np.full(len(batch), -1, dtype=np.int64)
+        count = len(self.resources)
+        never: list[tuple[int, npt.NDArray[np.bool_]]] = []
+        for index in reversed(range(count)):
+            want = wants[index]
             if want <= 0:
                 continue
+            resource = self.resources[index]
             capacity = batch.allocatable(resource)
-            checked: npt.NDArray[np.bool_] | bool = True
+            short = batch.requested(resource) > capacity - want
+            too_small = capacity < want
             if resource in batch.table.dra_allocatable:  # nodes where DRA serves it are the allocator's
-                dra = batch.table.gather(batch.table.dra_allocatable, resource, batch.rows, batch.known)
+                dra = batch.column(batch.table.dra_allocatable, resource)
                 checked = (capacity > 0) | (dra <= 0)
-            unresolvable[(want > capacity) & (unresolvable < 0) & checked] = index
-            unschedulable[(batch.requested(resource) + want > capacity) & (unschedulable < 0) & checked] = index
-        count = len(self.resources)
-        reason_index: npt.NDArray[np.int64] = np.where(
-            unresolvable >= 0, unresolvable, np.where(unschedulable >= 0, unschedulable + count, -1)
-        )
+                short &= checked
+                too_small &= checked
+            reason_index[short] = index + count
+            never.append((index, too_small))
+        for index, too_small in never:  # still in reverse order
+            reason_index[too_small] = index
         return reason_index

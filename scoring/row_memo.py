@@ -39,15 +39,15 @@ class RowMemo:
         capacity = len(table.stamps)
         entry = self._entries.get(key)
         if entry is None or len(entry[0]) != capacity:
-            entry = self._entry(entry, capacity)
-        self._entries[key] = entry
+            entry = self._entries[key] = self._entry(entry, capacity)
         self._entries.move_to_end(key)
         while len(self._entries) > self._slots:
             self._entries.popitem(last=False)
         kept, values = entry
         rows = batch.rows
         stamps = table.stamps[rows]
-        stamps[~batch.known] = _NONE
+        if not batch.all_known:
+            stamps[~batch.known] = _NONE
         if batch.discount_position >= 0:
             stamps[batch.discount_position] = _NONE
         miss = kept[rows] != stamps

@@ -84,11 +84,26 @@ class Batch:
         discount = self.discount if position >= 0 else None
         return Batch(names, self.rows[keep], self.known[keep], self.table, position, discount)
 
+    @property
+    def all_known(self) -> bool:
+        """Every candidate is a node of the table (nearly always); worked out once per batch."""
+        return self.shared("all_known", _every_known)
+
+    def column(self, columns: Mapping[str, Int64Array], resource: str) -> Int64Array:
+        """``columns[resource]`` (one of the table's) at these rows, 0 for names the table does not hold."""
+        column = columns.get(resource)
+        if column is None:
+            return np.zeros(len(self.rows), dtype=np.int64)
+        values = column[self.rows]
+        if not self.all_known:
+            values[~self.known] = 0
+        return values
+
     def allocatable(self, resource: str) -> Int64Array:
-        return self.table.gather(self.table.allocatable, resource, self.rows, self.known)
+        return self.column(self.table.allocatable, resource)
 
     def requested(self, resource: str) -> Int64Array:
-        values = self.table.gather(self.table.requested, resource, self.rows, self.known)
+        values = self.column(self.table.requested, resource)
         if self.discount is not None:
             values[self.discount_position] -= self.discount.requests.get(resource, 0)
         return values
@@ -97,7 +112,7 @@ class Batch:
         """NonZeroRequested for cpu and memory, plain requests otherwise (as ``NodeInfo``)."""
         if resource not in (CPU, MEMORY):
             return self.requested(resource)
-        values = self.table.gather(self.table.non_zero, resource, self.rows, self.known)
+        values = self.column(self.table.non_zero, resource)
         if self.discount is not None:
             values[self.discount_position] -= self.discount.amount(resource)
         return values
@@ -109,13 +124,13 @@ class Batch:
         allocatable = self.allocatable(resource)
         if resource not in self.table.dra_allocatable:
             return requested, allocatable
-        dra = self.table.gather(self.table.dra_allocatable, resource, self.rows, self.known)
+        dra = self.column(self.table.dra_allocatable, resource)
         served = dra > 0
         if not served.any():
             return requested, allocatable
         if abs(pod_amount) >= _DRA_POD_LIMIT:
             return None
-        dra_requested = self.table.gather(self.table.dra_requested, resource, self.rows, self.known)
+        dra_requested = self.column(self.table.dra_requested, resource)
         dra_requested += pod_amount * MILLI_DEVICES
         return np.where(served, dra_requested, requested), np.where(served, dra, allocatable)
 
@@ -130,7 +145,7 @@ class Batch:
         width = int(allocatable.max(initial=0))
         served = np.zeros(len(self), dtype=np.bool_)
         if dra_used is not None:
-            dra = self.table.gather(self.table.dra_allocatable, resource, self.rows, self.known)
+            dra = self.column(self.table.dra_allocatable, resource)
             served = dra > 0
             if served.any():
                 width = max(width, dra_used.shape[1])
@@ -237,6 +252,10 @@ class BatchVerdicts:
     def status(self, position: int) -> Status:
         index = int(self.reason_index[position])
         return self.reasons[index] if index >= 0 else SUCCESS
+
+
+def _every_known(batch: Batch) -> bool:
+    return bool(batch.known.all())
 
 
 def _read_only(values: Int64Array) -> Int64Array:

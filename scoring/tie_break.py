@@ -106,7 +106,7 @@ def most_allocated_batch(
         if amounts is None:
             return None
         requested, allocatable = amounts
-        served = batch.table.gather(batch.table.dra_allocatable, resource, batch.rows, batch.known) > 0
+        served = batch.column(batch.table.dra_allocatable, resource) > 0
         if at is not None:
             requested, allocatable, served = requested[at], allocatable[at], served[at]
         scale = np.where(served, 1, MILLI_DEVICES)

@@ -275,7 +275,7 @@ class _Scheduler:
         amounts = [*pod.resources.requests.values(), pod.resources.non_zero_cpu, pod.resources.non_zero_memory]
         if table.exact and all(abs(v) < EXACT_LIMIT for v in amounts):
             batch = table.batch(passed)
-            if batch is not None and batch.known.all():
+            if batch is not None and batch.all_known:
                 totals = self.kube.plugin_totals_batch(pod, batch)
                 if totals is not None:
                     return totals

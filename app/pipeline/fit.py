@@ -135,7 +135,7 @@ class ResourceFit(Participant):
         scores, known = self.node_scores(pod, candidates, batch, None)
         keep = self.break_ties(pod, candidates, batch, best_scored_batch(scores, known))
         best = list(map(candidates.names.__getitem__, np.flatnonzero(keep).tolist()))  # few of many
-        if batch is not None and batch.known.all():
+        if batch is not None and batch.all_known:
             self.cache.table.remember(best, batch.rows[keep])
         return best
 

@@ -53,7 +53,7 @@ class CandidateNodes:
         if not self._exact(pod):
             return wire.Candidates.of(args), None
         batch = self._batch(pod, candidates.names)
-        if batch is None or (not batch.known.all() and _repeats(candidates.names, batch)):
+        if batch is None or (not batch.all_known and _repeats(candidates.names, batch)):
             candidates = wire.Candidates.of(args)  # repeated names: dedupe (rare), then gather again
             batch = self._batch(pod, candidates.names)
         return candidates, batch
@@ -64,7 +64,7 @@ class CandidateNodes:
         """The candidates that failed with ``code`` and why. When the node table holds every candidate,
         the map is assembled from its prebuilt name keys; the same failures over the same name list
         (pods of one shape, one after the other) get the very bytes sent last time."""
-        if batch is None or not batch.known.all():
+        if batch is None or not batch.all_known:
             return verdicts.failed(names, code)
         positions, reason_index = verdicts.failed_at(code)
         reasons = tuple(status.reason for status in verdicts.reasons)
