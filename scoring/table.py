@@ -91,13 +91,7 @@ class Batch:
 
     def column(self, columns: Mapping[str, Int64Array], resource: str) -> Int64Array:
         """``columns[resource]`` (one of the table's) at these rows, 0 for names the table does not hold."""
-        column = columns.get(resource)
-        if column is None:
-            return np.zeros(len(self.rows), dtype=np.int64)
-        values = column[self.rows]
-        if not self.all_known:
-            values[~self.known] = 0
-        return values
+        return self.table.gather(columns, resource, self.rows, None if self.all_known else self.known)
 
     def allocatable(self, resource: str) -> Int64Array:
         return self.column(self.table.allocatable, resource)
@@ -516,12 +510,13 @@ class NodeTable:
         return None
 
     def gather(
-        self, columns: dict[str, Int64Array], resource: str, rows: npt.NDArray[np.intp], known: BoolArray
+        self, columns: Mapping[str, Int64Array], resource: str, rows: npt.NDArray[np.intp], known: BoolArray | None
     ) -> Int64Array:
+        """``columns[resource]`` at ``rows``, 0 where ``known`` is False (None: every row is a node)."""
         column = columns.get(resource)
         if column is None:
             return np.zeros(len(rows), dtype=np.int64)
         values = column[rows]
-        if not known.all():  # cheaper than masking when every name is known, as nearly always
+        if known is not None and not known.all():  # cheaper than masking when every name is known
             values[~known] = 0
         return values
