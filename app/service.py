@@ -35,7 +35,8 @@ from scoring.best_scored import BEST_SCORED
 from scoring.framework import Code, PodInfo
 from scoring.managed_fit import ManagedResourcesFit, insufficient_reason
 from scoring.profile import Profile
-from scoring.table import Batch, BatchVerdicts
+from scoring.table import Batch
+from scoring.verdicts import BatchVerdicts
 
 __all__ = [
     "REASON_NODE_NOT_IN_CACHE",

@@ -16,7 +16,8 @@ import numpy.typing as npt
 
 from scoring.framework import SUCCESS, Code, NodeInfo, PodInfo, Status
 from scoring.row_memo import RowMemo
-from scoring.table import Batch, BatchVerdicts
+from scoring.table import Batch
+from scoring.verdicts import BatchVerdicts
 
 __all__ = ["NAME", "ManagedResourcesFit", "insufficient_reason"]
 

@@ -26,7 +26,8 @@ from scoring.framework import (
     combine_scores,
 )
 from scoring.row_memo import RowMemo
-from scoring.table import Batch, BatchVerdicts, Int64Array
+from scoring.table import Batch, Int64Array
+from scoring.verdicts import BatchVerdicts
 
 __all__ = ["SCORE_PLUGINS", "NodeScore", "Profile", "ScorePluginSpec", "build_score_plugin"]
 

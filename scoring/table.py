@@ -18,10 +18,10 @@ from typing import Any, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from scoring.framework import MAX_NODE_DEVICES, MILLI_DEVICES, SUCCESS, Code, NodeInfo, Status
+from scoring.framework import MAX_NODE_DEVICES, MILLI_DEVICES, NodeInfo
 from scoring.resources import CPU, MEMORY, PodResources
 
-__all__ = ["EXACT_LIMIT", "MAX_TYPE_BITS", "Batch", "BatchVerdicts", "NodeTable"]
+__all__ = ["EXACT_LIMIT", "MAX_TYPE_BITS", "Batch", "NodeTable"]
 
 Int64Array = npt.NDArray[np.int64]
 UInt64Array = npt.NDArray[np.uint64]
@@ -175,79 +175,6 @@ class Batch:
         return masks
 
 
-@dataclass(slots=True)
-class BatchVerdicts:
-    """Filter verdicts for a batch: per node a ``Code`` (by ``CODES`` index) and a reason index.
-
-    Kept as arrays so thousands of rejected nodes never become thousands of Python objects until
-    the wire answer is built.
-    """
-
-    codes: npt.NDArray[np.int8]
-    reason_index: Int64Array
-    reasons: list[Status]
-    rows: npt.NDArray[np.intp] | None = None  # table rows of the nodes, when all are known
-
-    @classmethod
-    def passing(cls, size: int) -> BatchVerdicts:
-        return cls(np.zeros(size, dtype=np.int8), np.full(size, -1, dtype=np.int64), [])
-
-    def set(self, position: int, status: Status) -> None:
-        self.codes[position] = CODES.index(status.code)
-        if status.passed:
-            self.reason_index[position] = -1
-        else:
-            self.reasons.append(status)
-            self.reason_index[position] = len(self.reasons) - 1
-
-    def merge_later(self, later: BatchVerdicts) -> None:
-        """Take ``later``'s failures where this one passes (the first failing check wins)."""
-        take = (self.codes == 0) & (later.codes != 0)
-        self.codes[take] = later.codes[take]
-        self.reason_index[take] = later.reason_index[take] + len(self.reasons)
-        self.reasons.extend(later.reasons)
-
-    def failed(self, names: Sequence[str], code: Code) -> dict[str, str]:
-        """``{node name: reason}`` of the nodes with ``code``, built at C speed."""
-        positions = np.flatnonzero(self.codes == CODES.index(code))
-        reasons = [status.reason for status in self.reasons]
-        return dict(
-            zip(
-                map(names.__getitem__, positions.tolist()),
-                map(reasons.__getitem__, self.reason_index[positions].tolist()),
-                strict=True,
-            )
-        )
-
-    def failed_at(self, code: Code) -> tuple[npt.NDArray[np.intp], Int64Array]:
-        """Positions of the nodes with ``code`` and the index of each one's reason in ``reasons``."""
-        positions = np.flatnonzero(self.codes == CODES.index(code))
-        return positions, self.reason_index[positions]
-
-    def reason_counts(self) -> dict[str, int]:
-        """How many nodes failed for each reason (for metrics and the decision log)."""
-        failing = self.reason_index[self.reason_index >= 0]
-        counts: dict[str, int] = {}
-        for index, count in enumerate(np.bincount(failing, minlength=len(self.reasons)).tolist()):
-            if count:
-                reason = self.reasons[index].reason
-                counts[reason] = counts.get(reason, 0) + count
-        return counts
-
-    def passed(self, names: Sequence[str]) -> list[str]:
-        passing = self.codes == 0
-        count = int(np.count_nonzero(passing))
-        if count == len(names):
-            return list(names)
-        if 4 * count < len(names):  # few pass (a filling cluster): index them, not compress all
-            return list(map(names.__getitem__, np.flatnonzero(passing).tolist()))
-        return list(itertools.compress(names, passing.tolist()))
-
-    def status(self, position: int) -> Status:
-        index = int(self.reason_index[position])
-        return self.reasons[index] if index >= 0 else SUCCESS
-
-
 def _every_known(batch: Batch) -> bool:
     return bool(batch.known.all())
 
@@ -256,10 +183,6 @@ def _read_only(values: Int64Array) -> Int64Array:
     """``values``, no longer writable: a value ``Batch.shared`` hands to several plugins."""
     values.flags.writeable = False
     return values
-
-
-# Code by position: the int8 stored in BatchVerdicts.codes.
-CODES = (Code.SUCCESS, Code.UNSCHEDULABLE, Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
 
 
 class NodeTable:

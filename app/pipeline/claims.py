@@ -22,7 +22,7 @@ from app.pipeline.binding_conditions import needs_wait, wait_for_binding_conditi
 from app.pipeline.dynamicresources import ClaimWriter, DynamicResources, FastVerdicts, Reservation
 from app.pipeline.framework import BindCycle, FilterCycle, FilterError, Participant, Refusal
 from scoring.framework import Code, PodInfo, Status
-from scoring.table import CODES
+from scoring.verdicts import CODES
 
 UNRESOLVABLE = CODES.index(Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
 

@@ -29,7 +29,8 @@ import numpy as np
 
 from app.http.wire import Candidates
 from scoring.framework import NodeInfo, PodInfo
-from scoring.table import Batch, BatchVerdicts
+from scoring.table import Batch
+from scoring.verdicts import BatchVerdicts
 
 __all__ = [
     "BindCycle",

@@ -18,7 +18,8 @@ from app.http import wire
 from k8s_semantics.quantity import QuantityError
 from scoring.framework import Code, NodeInfo, PodInfo, Status
 from scoring.resources import parse_resource_list
-from scoring.table import EXACT_LIMIT, Batch, BatchVerdicts
+from scoring.table import EXACT_LIMIT, Batch
+from scoring.verdicts import BatchVerdicts
 
 _REASONS_KEPT = 4  # FailedNodes maps kept: Unschedulable and UnschedulableAndUnresolvable of two shapes
 

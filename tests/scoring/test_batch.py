@@ -14,7 +14,7 @@ from scoring.managed_fit import ManagedResourcesFit
 from scoring.profile import Profile, ScorePluginSpec
 from scoring.resources import PodResources
 from scoring.scarce import ScarceResourceAvoidance, ScarceResourceAvoidanceArgs
-from scoring.table import BatchVerdicts, NodeTable
+from scoring.table import NodeTable
 from tests.scoring.strategies import nodes, pods
 
 RESOURCES = ["cpu", "memory", "nvidia.com/gpu", "example.com/fpga", "ephemeral-storage", "hugepages-1Gi"]
@@ -193,13 +193,3 @@ def test_host_prefixes_are_kept_for_the_same_name_list_until_the_table_changes()
     renamed = table.batch(["b", "c"])
     assert renamed is not None and renamed.rows.tolist() == batch.rows.tolist()
     assert table.host_prefixes(names, renamed.rows) == [b'{"Host":"b","Score":', b'{"Host":"c","Score":']
-
-
-@given(st.lists(st.sampled_from([0, 0, 0, 1, 2]), max_size=40), st.booleans())
-def test_passed_names_are_the_passing_positions_in_order(codes: list[int], all_pass: bool) -> None:
-    """Every way ``passed`` gathers (all pass, few pass, many pass) gives the passing names in order."""
-    if all_pass:
-        codes = [0] * len(codes)
-    names = [f"n{index}" for index in range(len(codes))]
-    verdicts = BatchVerdicts(np.array(codes, dtype=np.int8), np.full(len(codes), -1, dtype=np.int64), [])
-    assert verdicts.passed(names) == [name for name, code in zip(names, codes, strict=True) if code == 0]

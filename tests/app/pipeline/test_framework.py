@@ -199,7 +199,7 @@ def test_a_merged_verdict_counts_only_where_every_earlier_one_passed() -> None:
     nodes still passing (the first failure wins, as in kube-scheduler's filter)."""
     from app.cluster.objects import pod_from_obj
     from app.http.wire import Candidates
-    from scoring.table import BatchVerdicts
+    from scoring.verdicts import BatchVerdicts
 
     def verdicts(*failing: tuple[int, str]) -> BatchVerdicts:
         out = BatchVerdicts.passing(3)
