@@ -24,7 +24,8 @@ from typing import Any
 from app.config import load_config
 from app.http import wire
 from app.runtime import build_snapshot_runtime
-from bench.cluster import build_cluster, encode, filter_body_names, filter_body_nodes, pending_pods, write_cluster
+from bench.cluster import build_cluster, encode, write_cluster
+from bench.request_bodies import filter_body_names, filter_body_nodes, pending_pods
 
 CLOCKS = {"wall": time.perf_counter_ns, "cpu": time.thread_time_ns}
 _clock = time.perf_counter_ns

@@ -47,7 +47,8 @@ import msgspec
 import yaml
 
 from app.config import ExtenderConfiguration
-from bench.cluster import build_cluster, encode, filter_body_names, filter_body_nodes, pending_pods, write_cluster
+from bench.cluster import build_cluster, encode, write_cluster
+from bench.request_bodies import filter_body_names, filter_body_nodes, pending_pods
 from fairshare.config import KUEUE_QUEUE_LABEL
 
 REPO = Path(__file__).resolve().parents[1]

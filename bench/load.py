@@ -39,8 +39,9 @@ from typing import Any
 
 import httpx
 
-from bench.cluster import PENDING_KINDS, iter_cluster, pending_pod
+from bench.cluster import iter_cluster
 from bench.latency import stop_process
+from bench.request_bodies import PENDING_KINDS, pending_pod
 from tests.fakeapi import FakeAPIServer
 
 __all__ = ["main"]

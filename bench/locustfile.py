@@ -36,7 +36,8 @@ from locust import FastHttpUser, constant, events, task
 from locust.env import Environment
 from locust.exception import StopUser
 
-from bench.cluster import PENDING_KINDS, bind_body, encode, filter_body_names, pending_pod
+from bench.cluster import encode
+from bench.request_bodies import PENDING_KINDS, bind_body, filter_body_names, pending_pod
 
 DEFAULT_HOST = "http://127.0.0.1:8888"
 HEADERS = {"Content-Type": "application/json", "User-Agent": "Go-http-client/1.1"}

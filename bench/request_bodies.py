@@ -1,0 +1,89 @@
+"""Pending pods and the extender request bodies (ExtenderArgs, ExtenderBindingArgs) for the benchmarks."""
+
+from __future__ import annotations
+
+import random
+
+from bench.cluster import _REPOS, GPU, Obj, _container, _suffix, _uid
+
+__all__ = ["PENDING_KINDS", "bind_body", "filter_body_names", "filter_body_nodes", "pending_pod", "pending_pods"]
+
+PENDING_KINDS = ("gpu-1", "gpu-2", "gpu-8", "cpu")
+_PENDING = {
+    "gpu-1": ("ml-serve", "vllm-llama3-8b", 2, {"cpu": "8", "memory": "48Gi"}, 1),
+    "gpu-2": ("ml-train", "bert-finetune", 0, {"cpu": "16", "memory": "128Gi"}, 2),
+    "gpu-8": ("ml-train", "llama3-70b-pretrain", 0, {"cpu": "90", "memory": "900Gi", "ephemeral-storage": "200Gi"}, 8),
+    "cpu": ("shop", "checkout-api", 19, {"cpu": "500m", "memory": "1Gi"}, 0),
+}
+
+
+def pending_pod(kind: str, uid: str | None = None, name: str | None = None) -> Obj:
+    """A whole pending v1 Pod as kube-scheduler sends it (status included, managedFields dropped)."""
+    namespace, app, image, requests, gpus = _PENDING[kind]
+    rng = random.Random(kind)
+    containers = [_container("main", ":".join(_REPOS[image][:2]), dict(requests), gpus)]
+    spec: Obj = {
+        "containers": containers,
+        "restartPolicy": "Always",
+        "terminationGracePeriodSeconds": 30,
+        "dnsPolicy": "ClusterFirst",
+        "serviceAccountName": "default",
+        "serviceAccount": "default",
+        "securityContext": {},
+        "schedulerName": "gpu-scheduler" if gpus else "default-scheduler",
+        "tolerations": [
+            {"key": f"node.kubernetes.io/{t}", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+            for t in ("not-ready", "unreachable")
+        ],
+        "priority": 1000 if gpus else 0,
+        "enableServiceLinks": True,
+        "preemptionPolicy": "PreemptLowerPriority",
+    }
+    if gpus:
+        spec["tolerations"].append({"key": GPU, "operator": "Exists", "effect": "NoSchedule"})
+        spec["initContainers"] = [_container("model-pull", ":".join(_REPOS[18][:2]), {"cpu": "2", "memory": "4Gi"})]
+    else:
+        proxy = _container("istio-proxy", ":".join(_REPOS[13][:2]), {"cpu": "100m", "memory": "128Mi"})
+        spec["initContainers"] = [{**proxy, "restartPolicy": "Always"}]
+    return {
+        "metadata": {
+            "name": name or f"{app}-{rng.getrandbits(32):08x}-{_suffix(rng)}",
+            "namespace": namespace,
+            "uid": uid or _uid(rng),
+            "resourceVersion": str(rng.randrange(10_000_000, 99_999_999)),
+            "generation": 1,
+            "creationTimestamp": "2026-11-01T12:00:00Z",
+            "labels": {"app.kubernetes.io/name": app, "pod-template-hash": f"{rng.getrandbits(40):010x}"},
+            "ownerReferences": [
+                {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": f"{app}-6d4c8f", "uid": _uid(rng)},
+            ],
+        },
+        "spec": spec,
+        "status": {"phase": "Pending", "qosClass": "Burstable"},
+    }
+
+
+def pending_pods() -> list[Obj]:
+    """One pod of each kind: 1 GPU (inference), 2 GPU, a whole 8-GPU node, and a CPU-only service."""
+    return [pending_pod(kind) for kind in PENDING_KINDS]
+
+
+def filter_body_names(pod: Obj, names: list[str]) -> Obj:
+    """ExtenderArgs with ``nodeCacheCapable: true``: names only, the unused key null."""
+    return {"Pod": pod, "Nodes": None, "NodeNames": names}
+
+
+def filter_body_nodes(pod: Obj, nodes: list[Obj]) -> Obj:
+    """ExtenderArgs with ``nodeCacheCapable: false``: a whole v1 NodeList.
+
+    Items carry no apiVersion/kind, as kube-scheduler sends them (informer objects have an empty
+    TypeMeta; see the wire captures).
+    """
+    items = [{k: v for k, v in node.items() if k not in ("apiVersion", "kind")} for node in nodes]
+    return {"Pod": pod, "Nodes": {"metadata": {}, "items": items}, "NodeNames": None}
+
+
+def bind_body(pod: Obj, node: str) -> Obj:
+    """ExtenderBindingArgs."""
+    meta = pod["metadata"]
+    return {"PodName": meta["name"], "PodNamespace": meta["namespace"], "PodUID": meta["uid"], "Node": node}
