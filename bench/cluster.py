@@ -21,7 +21,18 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-__all__ = ["build_cluster", "encode", "iter_cluster", "write_cluster"]
+__all__ = [
+    "GPU",
+    "IMAGE_REPOS",
+    "Obj",
+    "build_cluster",
+    "container_spec",
+    "encode",
+    "iter_cluster",
+    "name_suffix",
+    "random_uid",
+    "write_cluster",
+]
 
 Obj = dict[str, Any]
 Edit = Callable[[int, Obj, list[Obj]], None]  # (node index, node, its pods), changed in place
@@ -55,7 +66,7 @@ SHAPES = (
     Shape("memory", "r6i.8xlarge", 32, 256, 0.15, hugepages_2mi_gi=8),
 )
 
-_REPOS = [
+IMAGE_REPOS = [
     ("nvcr.io/nvidia/pytorch", "24.05-py3", 9_800_000_000),
     ("nvcr.io/nvidia/tritonserver", "24.05-py3", 7_400_000_000),
     ("vllm/vllm-openai", "v0.6.0", 5_100_000_000),
@@ -85,7 +96,7 @@ _REPOS = [
 ]
 
 
-def _uid(rng: random.Random) -> str:
+def random_uid(rng: random.Random) -> str:
     return str(uuid.UUID(int=rng.getrandbits(128), version=4))
 
 
@@ -122,7 +133,7 @@ def _managed(manager: str, when: str, fields: Obj, subresource: str = "") -> Obj
 
 
 def _images(rng: random.Random, gpu: bool) -> list[Obj]:
-    repos = [r for r in _REPOS if gpu or not r[0].startswith("nvcr.io")]
+    repos = [r for r in IMAGE_REPOS if gpu or not r[0].startswith("nvcr.io")]
     chosen = rng.sample(repos, min(20, len(repos)))
     return [
         {
@@ -216,7 +227,7 @@ def _node(rng: random.Random, name: str, ip: str, shape: Shape) -> Obj:
         "nodeInfo": {
             "machineID": f"{rng.getrandbits(128):032x}",
             "systemUUID": f"ec2{rng.getrandbits(116):029x}",
-            "bootID": _uid(rng),
+            "bootID": random_uid(rng),
             "kernelVersion": "5.10.223-212.873.amzn2.x86_64",
             "osImage": "Amazon Linux 2",
             "containerRuntimeVersion": "containerd://1.7.20",
@@ -250,7 +261,7 @@ def _node(rng: random.Random, name: str, ip: str, shape: Shape) -> Obj:
         "kind": "Node",
         "metadata": {
             "name": name,
-            "uid": _uid(rng),
+            "uid": random_uid(rng),
             "resourceVersion": str(rng.randrange(10_000_000, 99_999_999)),
             "creationTimestamp": created,
             "labels": labels | gpu_labels,
@@ -262,7 +273,7 @@ def _node(rng: random.Random, name: str, ip: str, shape: Shape) -> Obj:
     }
 
 
-def _container(name: str, image: str, requests: dict[str, str], gpus: int = 0) -> Obj:
+def container_spec(name: str, image: str, requests: dict[str, str], gpus: int = 0) -> Obj:
     limits = {"memory": requests["memory"]} if "memory" in requests else {}
     if gpus:
         requests = {**requests, GPU: str(gpus)}
@@ -286,9 +297,9 @@ def _pod(rng: random.Random, app: str, namespace: str, node: str, containers: li
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": f"{owner}-{_suffix(rng)}",
+            "name": f"{owner}-{name_suffix(rng)}",
             "namespace": namespace,
-            "uid": _uid(rng),
+            "uid": random_uid(rng),
             "resourceVersion": str(rng.randrange(10_000_000, 99_999_999)),
             "creationTimestamp": _ts(rng),
             "labels": {"app.kubernetes.io/name": app, "pod-template-hash": f"{rng.getrandbits(40):010x}"},
@@ -297,7 +308,7 @@ def _pod(rng: random.Random, app: str, namespace: str, node: str, containers: li
                     "apiVersion": "apps/v1",
                     "kind": "DaemonSet" if daemon else "ReplicaSet",
                     "name": owner,
-                    "uid": _uid(rng),
+                    "uid": random_uid(rng),
                     "controller": True,
                     "blockOwnerDeletion": True,
                 }
@@ -332,7 +343,7 @@ _GPU_DAEMONSETS = [("nvidia-device-plugin", 3, {}), ("dcgm-exporter", 4, {"cpu":
 _SERVICES = [(19, 500, 1024), (20, 2000, 4096), (21, 1000, 8192), (17, 4000, 16384), (22, 250, 512)]
 
 
-def _suffix(rng: random.Random) -> str:
+def name_suffix(rng: random.Random) -> str:
     return "".join(rng.choices("bcdfghjklmnpqrstvwxz2456789", k=5))
 
 
@@ -348,7 +359,7 @@ def _pods_for(rng: random.Random, node: str, shape: Shape, keep_free: bool) -> l
     """About ten pods: daemonsets, GPU jobs up to a random GPU use, then services that still fit."""
     pods = []
     for ds, image, requests in _DAEMONSETS + (_GPU_DAEMONSETS if shape.gpus else []):
-        container = _container(ds, ":".join(_REPOS[image][:2]), dict(requests))
+        container = container_spec(ds, ":".join(IMAGE_REPOS[image][:2]), dict(requests))
         pods.append(_pod(rng, ds, "kube-system", node, [container], priorityClassName="system-node-critical"))
     cpu_left, mem_left = shape.cpu * 850, shape.memory_gi * 870  # millicores, MiB: ~85% of allocatable
     free_gpus = shape.gpus if keep_free else rng.choice((0, shape.gpus // 2, shape.gpus, rng.randrange(shape.gpus + 1)))
@@ -361,15 +372,15 @@ def _pods_for(rng: random.Random, node: str, shape: Shape, keep_free: bool) -> l
         mem = min(gpus * 1024 * rng.choice((24, 32, 48)), mem_left * gpus // shape.gpus)
         cpu_left, mem_left = cpu_left - cpu, mem_left - mem
         app = "llm-train" if trainer else "vllm-serve"
-        container = _container(
+        container = container_spec(
             "trainer" if trainer else "server",
-            ":".join(_REPOS[0 if trainer else 2][:2]),
+            ":".join(IMAGE_REPOS[0 if trainer else 2][:2]),
             {"cpu": _cpu(cpu), "memory": _mem(mem)},
             gpus,
         )
         extra: Obj = {"tolerations": [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}]}
         if rng.random() < 0.5:  # a classic init container: counts by max, not sum
-            pull = _container("model-pull", ":".join(_REPOS[18][:2]), {"cpu": "2", "memory": "4Gi"})
+            pull = container_spec("model-pull", ":".join(IMAGE_REPOS[18][:2]), {"cpu": "2", "memory": "4Gi"})
             extra["initContainers"] = [pull]
         namespace = "ml-train" if trainer else "ml-serve"
         pods.append(_pod(rng, app, namespace, node, [container], priority=1000, **extra))
@@ -383,11 +394,11 @@ def _pods_for(rng: random.Random, node: str, shape: Shape, keep_free: bool) -> l
         if need_cpu > cpu_left or need_mem > mem_left:
             continue
         cpu_left, mem_left = cpu_left - need_cpu, mem_left - need_mem
-        app = _REPOS[image][0].rsplit("/", 1)[1]
-        containers = [_container(app, ":".join(_REPOS[image][:2]), {"cpu": _cpu(cpu), "memory": _mem(mem)})]
+        app = IMAGE_REPOS[image][0].rsplit("/", 1)[1]
+        containers = [container_spec(app, ":".join(IMAGE_REPOS[image][:2]), {"cpu": _cpu(cpu), "memory": _mem(mem)})]
         extra = {}
         if sidecar:
-            proxy = _container("istio-proxy", ":".join(_REPOS[13][:2]), {"cpu": "100m", "memory": "128Mi"})
+            proxy = container_spec("istio-proxy", ":".join(IMAGE_REPOS[13][:2]), {"cpu": "100m", "memory": "128Mi"})
             extra["initContainers"] = [{**proxy, "restartPolicy": "Always"}]
         namespace = rng.choice(("shop", "search", "batch", "data"))
         pods.append(_pod(rng, app, namespace, node, containers, **extra))

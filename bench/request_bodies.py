@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from bench.cluster import _REPOS, GPU, Obj, _container, _suffix, _uid
+from bench.cluster import GPU, IMAGE_REPOS, Obj, container_spec, name_suffix, random_uid
 
 __all__ = ["PENDING_KINDS", "bind_body", "filter_body_names", "filter_body_nodes", "pending_pod", "pending_pods"]
 
@@ -21,7 +21,7 @@ def pending_pod(kind: str, uid: str | None = None, name: str | None = None) -> O
     """A whole pending v1 Pod as kube-scheduler sends it (status included, managedFields dropped)."""
     namespace, app, image, requests, gpus = _PENDING[kind]
     rng = random.Random(kind)
-    containers = [_container("main", ":".join(_REPOS[image][:2]), dict(requests), gpus)]
+    containers = [container_spec("main", ":".join(IMAGE_REPOS[image][:2]), dict(requests), gpus)]
     spec: Obj = {
         "containers": containers,
         "restartPolicy": "Always",
@@ -41,21 +41,23 @@ def pending_pod(kind: str, uid: str | None = None, name: str | None = None) -> O
     }
     if gpus:
         spec["tolerations"].append({"key": GPU, "operator": "Exists", "effect": "NoSchedule"})
-        spec["initContainers"] = [_container("model-pull", ":".join(_REPOS[18][:2]), {"cpu": "2", "memory": "4Gi"})]
+        spec["initContainers"] = [
+            container_spec("model-pull", ":".join(IMAGE_REPOS[18][:2]), {"cpu": "2", "memory": "4Gi"})
+        ]
     else:
-        proxy = _container("istio-proxy", ":".join(_REPOS[13][:2]), {"cpu": "100m", "memory": "128Mi"})
+        proxy = container_spec("istio-proxy", ":".join(IMAGE_REPOS[13][:2]), {"cpu": "100m", "memory": "128Mi"})
         spec["initContainers"] = [{**proxy, "restartPolicy": "Always"}]
     return {
         "metadata": {
-            "name": name or f"{app}-{rng.getrandbits(32):08x}-{_suffix(rng)}",
+            "name": name or f"{app}-{rng.getrandbits(32):08x}-{name_suffix(rng)}",
             "namespace": namespace,
-            "uid": uid or _uid(rng),
+            "uid": uid or random_uid(rng),
             "resourceVersion": str(rng.randrange(10_000_000, 99_999_999)),
             "generation": 1,
             "creationTimestamp": "2026-11-01T12:00:00Z",
             "labels": {"app.kubernetes.io/name": app, "pod-template-hash": f"{rng.getrandbits(40):010x}"},
             "ownerReferences": [
-                {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": f"{app}-6d4c8f", "uid": _uid(rng)},
+                {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": f"{app}-6d4c8f", "uid": random_uid(rng)},
             ],
         },
         "spec": spec,
