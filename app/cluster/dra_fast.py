@@ -35,10 +35,12 @@ from allocator.pools import SliceIndex
 from allocator.requests import Alternative
 from allocator.types import Device
 
-__all__ = ["DeviceTable", "FastDevices", "decide", "node_index", "simple_request"]
+__all__ = ["DeviceTable", "FastDevices", "Selection", "decide", "select", "simple_request"]
 
 Held = tuple[bool, int, Mapping[str, Fraction] | None]  # as app.cluster.dra_extended.Held
 _LIMIT = 2**53
+_LOG_MIN = 4096  # changes kept for ``DeviceTable.counts`` at least (more on tables with more devices)
+_FEW = 32
 IntArray = npt.NDArray[np.int64]
 
 
@@ -66,13 +68,10 @@ class DeviceTable:
     _capacities: list[Device] = field(default_factory=list)  # one device per distinct capacity map
     _needs: dict[tuple[object, ...], tuple[npt.NDArray[np.bool_], IntArray]] = field(default_factory=dict)
     # ``counts`` per capacity key, kept up to date row by row: per device whether it qualifies, the
-    # per-node counts, and the stamp of each device's use they were computed at (``update`` bumps it).
-    _counted: dict[tuple[object, ...], tuple[npt.NDArray[np.bool_], IntArray, IntArray]] = field(default_factory=dict)
-    _stamps: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    _stamp: int = 0
-
-    def __post_init__(self) -> None:
-        self._stamps = np.zeros(len(self.held_whole), dtype=np.int64)
+    # per-node counts, and how far into the change log they are (``update`` appends the device's row).
+    _counted: dict[tuple[object, ...], tuple[npt.NDArray[np.bool_], IntArray, int]] = field(default_factory=dict)
+    _changed: list[int] = field(default_factory=list)  # rows whose use changed, oldest first
+    _changed_before: int = 0  # changes dropped from the front of ``_changed`` (its first one's number)
 
     def need(self, alt: Alternative) -> tuple[npt.NDArray[np.bool_], IntArray]:
         """Per device whether it can serve ``alt``'s capacity requests at all, and what one
@@ -99,23 +98,33 @@ class DeviceTable:
         return found
 
     def counts(self, alt: Alternative) -> IntArray:
-        """Per node, how many devices could each take one allocation for ``alt`` (only the devices
-        whose use changed since the last call for the same capacity requests are judged again)."""
+        """Per node, how many devices could each take one allocation for ``alt`` (read-only; only the
+        devices whose use changed since the last call for the same capacity requests are judged
+        again, found in the change log)."""
         serves, need = self.need(alt)
-        kept = self._counted.get(alt.capacity_key)
-        if kept is None:
+        key = alt.capacity_key
+        logged = self._changed_before + len(self._changed)
+        kept = self._counted.get(key)
+        if kept is None or kept[2] < self._changed_before:  # new, or behind what the log still holds
             ok = self._qualifies(serves, need, slice(None))
             counts: IntArray = np.bincount(self.node_of[ok], minlength=len(self.simple)).astype(np.int64)
-            self._counted[alt.capacity_key] = (ok, counts, self._stamps.copy())
-            return counts.copy()
-        ok, counts, seen = kept
-        changed = np.flatnonzero(seen != self._stamps)
-        if changed.size:
-            now = self._qualifies(serves, need, changed)
-            np.add.at(counts, self.node_of[changed], now.astype(np.int64) - ok[changed])
-            ok[changed] = now
-            seen[changed] = self._stamps[changed]
-        return counts.copy()
+        else:
+            ok, counts, seen = kept
+            if seen < logged:
+                pending = self._changed[seen - self._changed_before :]
+                changed = np.array(sorted(set(pending)), dtype=np.intp)  # few: cheaper than np.unique
+                now = self._qualifies(serves, need, changed)
+                delta = now.astype(np.int64) - ok[changed]
+                if len(changed) > _FEW:
+                    np.add.at(counts, self.node_of[changed], delta)
+                else:
+                    for node, step in zip(self.node_of[changed].tolist(), delta.tolist(), strict=True):
+                        counts[node] += step  # few rows: cheaper than np.add.at
+                ok[changed] = now
+        self._counted[key] = (ok, counts, logged)
+        view = counts.view()
+        view.flags.writeable = False
+        return view
 
     def _qualifies(
         self, serves: npt.NDArray[np.bool_], need: IntArray, rows: slice | npt.NDArray[np.intp]
@@ -130,8 +139,11 @@ class DeviceTable:
         if row is None:
             return
         whole, _, consumed = held
-        self._stamp += 1
-        self._stamps[row] = self._stamp
+        self._changed.append(row)
+        if len(self._changed) > max(_LOG_MIN, len(self.rows)):  # bounded: a key this far behind counts anew
+            drop = len(self._changed) // 2
+            del self._changed[:drop]
+            self._changed_before += drop
         self.held_whole[row] = whole
         used = self.used[row]
         used[:] = 0
@@ -282,26 +294,38 @@ def simple_request(alt: Alternative) -> bool:
     )
 
 
-def node_index(table: DeviceTable, names: Sequence[str]) -> npt.NDArray[np.intp]:
-    """Each name's node index in the table, -1 for a node DRA does not know."""
-    return np.fromiter((table.nodes.get(n, -1) for n in names), dtype=np.intp, count=len(names))
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """Candidate nodes as nodes of one table: what depends only on the table and the names (kept by
+    the caller while both are the same; read-only arrays)."""
+
+    index: npt.NDArray[np.intp]  # per name: node index, -1 for a node DRA does not know
+    decided: npt.NDArray[np.bool_]  # per name: a node this table decides (``DeviceTable.simple``)
+    reason: npt.NDArray[np.intp]  # per name: index of its failure reason in ``table.reasons``
+
+
+def select(table: DeviceTable, names: Sequence[str]) -> Selection:
+    index = np.fromiter((table.nodes.get(n, -1) for n in names), dtype=np.intp, count=len(names))
+    known = index >= 0
+    decided = np.zeros(len(index), dtype=bool)
+    decided[known] = table.simple[index[known]]
+    reason = np.zeros(len(index), dtype=np.intp)
+    reason[known] = table.reason_of[index[known]]
+    for values in (index, decided, reason):
+        values.flags.writeable = False
+    return Selection(index, decided, reason)
 
 
 def decide(
-    table: DeviceTable, alt: Alternative, index: npt.NDArray[np.intp]
+    table: DeviceTable, alt: Alternative, selection: Selection
 ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_], npt.NDArray[np.intp]] | None:
-    """For the nodes at ``index`` (``node_index``): whether decided here, whether each passes, and
+    """For the nodes of ``selection`` (``select``): whether decided here, whether each passes, and
     the index of its failure reason in ``table.reasons``; None when a capacity the request
     consumes is not simple (the full allocator decides every node)."""
     try:
         counts = table.counts(alt)
     except _NotSimple:
         return None
-    known = index >= 0
-    decided = np.zeros(len(index), dtype=bool)
-    decided[known] = table.simple[index[known]]
-    passes = np.zeros(len(index), dtype=bool)
-    passes[decided] = counts[index[decided]] >= alt.count
-    reason = np.zeros(len(index), dtype=np.intp)
-    reason[known] = table.reason_of[index[known]]
-    return decided, passes, reason
+    # An unknown name's -1 reads some node's count, but it is not decided, so it does not pass.
+    passes = selection.decided & (counts[selection.index] >= alt.count)
+    return selection.decided, passes, selection.reason

@@ -13,7 +13,7 @@ import numpy.typing as npt
 from allocator import AllocationError, ResourceClaim
 from allocator.requests import claim_requests
 from app.cluster.dra import DraState
-from app.cluster.dra_fast import DeviceTable, decide, node_index, simple_request
+from app.cluster.dra_fast import DeviceTable, Selection, decide, select, simple_request
 from scoring.framework import Code, PodInfo, Status
 
 __all__ = ["FastPath", "FastVerdicts"]
@@ -32,8 +32,8 @@ class FastVerdicts:
 class FastPath:
     def __init__(self, state: DraState) -> None:
         self.state = state
-        # the last candidate list (by identity: kube-scheduler sends the same one again) and its node indices
-        self._index: tuple[Sequence[str], DeviceTable, npt.NDArray[np.intp]] | None = None
+        # the last candidate list (by identity: kube-scheduler sends the same one again) as table nodes
+        self._selection: tuple[Sequence[str], DeviceTable, Selection] | None = None
         self._statuses: tuple[DeviceTable, tuple[Status, ...]] | None = None
 
     def verdicts(self, pod: PodInfo, claim: ResourceClaim, names: Sequence[str]) -> FastVerdicts | None:
@@ -52,13 +52,13 @@ class FastPath:
             return None
         alt = alternatives[0]
         table = state.fast.table(alt.device_class, state.node_refs, state.slices, state.selectors, state.holders)
-        cached = self._index
+        cached = self._selection
         if cached is not None and cached[0] is names and cached[1] is table:
-            index = cached[2]
+            selection = cached[2]
         else:
-            index = node_index(table, names)
-            self._index = (names, table, index)
-        decision = decide(table, alt, index)
+            selection = select(table, names)
+            self._selection = (names, table, selection)
+        decision = decide(table, alt, selection)
         if decision is None:
             return None
         if self._statuses is None or self._statuses[0] is not table:

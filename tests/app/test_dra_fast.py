@@ -168,3 +168,64 @@ def test_allocations_update_the_table_in_place() -> None:
         state.delete_claim(key)
     fast = dra.fast_filter(pod, claims, ["n0"])
     assert fast is not None and bool(fast.passes[0])  # the share given back: the kept counts follow
+
+
+@st.composite
+def changes(draw: st.DrawFn) -> list[list[tuple[str, list[int], int]]]:
+    """Rounds of changes between two filters: a claim allocated on some of n0's shared devices
+    ("add", devices, mem) or one taken off ("delete", [which], 0)."""
+    rounds = []
+    for _ in range(draw(st.integers(1, 12))):
+        steps: list[tuple[str, list[int], int]] = []
+        for _ in range(draw(st.integers(1, 6))):
+            if draw(st.integers(0, 2)):
+                devices = sorted(draw(st.sets(st.integers(0, 2), min_size=1, max_size=3)))
+                steps.append(("add", devices, draw(st.integers(0, 5))))
+            else:
+                steps.append(("delete", [draw(st.integers(0, 30))], 0))
+        rounds.append(steps)
+    return rounds
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(changes(), st.integers(1, 4), st.integers(1, 2), st.sampled_from([1, 4096]))
+def test_the_kept_counts_follow_every_change(
+    rounds: list[list[tuple[str, list[int], int]]], mem: int, count: int, log: int
+) -> None:
+    """``DeviceTable.counts`` judges again only the devices in its change log; with a log short enough
+    to be trimmed all the time (1) or never (4096), the fast path answers as the allocator after
+    each round of allocations and releases."""
+    import app.cluster.dra_fast as dra_fast
+
+    shared = [
+        {"name": f"d{i}", "allowMultipleAllocations": True, "capacity": {"mem": {"value": "8"}}} for i in range(3)
+    ]
+    objects = [device_class_obj(), slice_obj("n0-slice", shared, node="n0"), slice_obj("n1-slice", shared, node="n1")]
+    service = make_service([node_obj(n, gpus=None) for n in ("n0", "n1")], dra=objects)
+    state = service.cache.dra
+    request = claim_obj("mine", count=count)
+    request["spec"]["devices"]["requests"][0]["exactly"]["capacity"] = {"requests": {"mem": str(mem)}}
+    state.upsert_claim(claim_from_obj(request))
+    pod = pod_from_obj(with_claims(pod_obj("p"), "mine"))
+    dra = DynamicResources(state)
+    claims = dra.prefilter(pod)
+    assert isinstance(claims, PodClaims)
+    names = ["n0", "n1"]
+    held: list[str] = []
+    kept, dra_fast._LOG_MIN = dra_fast._LOG_MIN, log
+    try:
+        for number, steps in enumerate(rounds):
+            for step, (kind, which, amount) in enumerate(steps):
+                if kind == "add":
+                    name = f"other-{number}-{step}"
+                    state.upsert_claim(claim_from_obj(allocated(name, "n0", [(f"d{d}", amount) for d in which])))
+                    held.append(name)
+                elif held:
+                    name = held.pop(which[0] % len(held))
+                    state.delete_claim(next(k for k in state.claims if k.endswith(f"/{name}")))
+            fast = dra.fast_filter(pod, claims, names)
+            assert fast is not None and fast.decided.all()
+            allocator = dra.allocator(pod.uid)
+            assert fast.passes.tolist() == [dra.filter(allocator, claims, n)[0].passed for n in names]
+    finally:
+        dra_fast._LOG_MIN = kept
