@@ -136,8 +136,10 @@ def _fit_demand_batch(demand: PodDevices, batch: Batch, resource: str) -> FitBat
     left = cpu_free_batch(batch)
     fits, after = first_fit_batch(free, demand.count, demand.milli)
     fits &= left >= demand.cpu
-    fits.flags.writeable = False
-    return FitBatch(demand, fits, np.maximum(free, 0).sum(axis=1), left, free, after)
+    placed = FitBatch(demand, fits, np.maximum(free, 0).sum(axis=1), left, free, after)
+    for values in (placed.fits, placed.idle, placed.cpu_left, placed.after):  # shared: no plugin may write
+        values.flags.writeable = False
+    return placed
 
 
 def cpu_free(node: NodeInfo) -> int:
