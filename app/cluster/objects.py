@@ -90,14 +90,33 @@ _REQUESTS_MEMO = 4096  # distinct pod templates whose parsed requests are kept
 _requests_memo: OrderedDict[bytes, tuple[PodResources, tuple[ContainerExtendedRequest, ...]]] = OrderedDict()
 
 
-def _requests_of(spec: Mapping[str, Any]) -> tuple[PodResources, tuple[ContainerExtendedRequest, ...]]:
-    """The pod's requests, parsed once per distinct set of containers (the replicas of one template,
-    and every watch event of one pod, share them): quantities are exact fractions and costly."""
-    parts = (spec.get("containers"), spec.get("initContainers"), spec.get("overhead"), spec.get("resources"))
+def _requests_key(spec: Mapping[str, Any]) -> bytes:
+    """What ``pod_resources`` and ``container_extended_requests`` read of a spec, and nothing else.
+
+    Whole containers would make nearly every pod a miss: each one carries fields of its own (the
+    ServiceAccount token's volumeMount ``kube-api-access-<random>``). b"" for a malformed spec, which
+    is parsed without the memo so that its error names the field.
+    """
+    parts: list[Any] = [spec.get("overhead"), spec.get("resources")]
+    for field, init in (("containers", False), ("initContainers", True)):
+        listed = spec.get(field) or []
+        if not isinstance(listed, list):
+            return b""
+        for container in listed:
+            if not isinstance(container, Mapping):
+                return b""
+            restart = container.get("restartPolicy") if init else None
+            parts.append((field, container.get("name"), container.get("resources"), restart))
     try:
-        key = msgspec.json.encode(parts)
+        return msgspec.json.encode(parts)
     except (TypeError, msgspec.EncodeError):
-        key = b""
+        return b""
+
+
+def _requests_of(spec: Mapping[str, Any]) -> tuple[PodResources, tuple[ContainerExtendedRequest, ...]]:
+    """The pod's requests, parsed once per distinct set of container requests (the replicas of one
+    template, and every watch event of one pod, share them): quantities are exact fractions and costly."""
+    key = _requests_key(spec)
     found = _requests_memo.get(key) if key else None
     if found is not None:
         _requests_memo.move_to_end(key)
