@@ -21,6 +21,7 @@ from typing import Any
 from app.cluster.cache_events import CacheEvent, Counted, NodeChanged, PodChanged, PodCounted, Subscriber
 from app.cluster.changes import ChangeSignal
 from app.cluster.dra import DraState
+from app.cluster.objects import NodeObject
 from app.cluster.pod_kinds import Kinds, PodKinds, kinds_of
 from app.cluster.relist import apply_relist
 from scoring.framework import NodeInfo, PodInfo, Status
@@ -89,6 +90,15 @@ class SourceState:
     restarts: int = 0
     relists: int = 0
     last_error: str = ""
+
+
+def _same_to_the_cache(previous: NodeObject, node: NodeObject) -> bool:
+    """Whether two versions of a Node agree on all the cache reads of one."""
+    return (
+        previous.allocatable == node.allocatable
+        and previous.labels == node.labels
+        and previous.unschedulable == node.unschedulable
+    )
 
 
 class ClusterCache:
@@ -175,9 +185,13 @@ class ClusterCache:
         return self.sources.setdefault(name, SourceState())
 
     # ------------------------------------------------------------------ nodes
-    def upsert_node(self, node: Any) -> None:
+    def upsert_node(self, node: NodeObject) -> None:
         previous = self.nodes.get(node.name)
         self.nodes[node.name] = node
+        if previous is not None and _same_to_the_cache(previous, node):
+            # A status report (conditions, images, volumes) or a new annotation: nothing scoring, the
+            # fit or the queues' totals read changed, so no snapshot, memoised score or total goes stale.
+            return
         self.nodes_version += 1
         self._changed()
         if previous is None or previous.allocatable != node.allocatable or previous.labels != node.labels:

@@ -12,7 +12,7 @@ from app.cluster.cache import ClusterCache
 from app.cluster.objects import node_from_obj, pod_from_obj
 from scoring.framework import Code, Status
 from tests.app.cache_ops import Clock, apply_pod_event
-from tests.conftest import node_obj, pod_obj
+from tests.conftest import labelled, node_obj, pod_obj
 
 
 def _cache(clock: Clock | None = None) -> ClusterCache:
@@ -154,6 +154,41 @@ def test_subscribers_get_typed_events_in_the_order_things_change() -> None:
     assert events[5] == NodeChanged("g1", {"pool": "a"})
     assert events[6] == PodCounted(pending.uid, Counted("g1", bound, False))
     assert events[7:] == [PodCounted(pending.uid, None), PodChanged(pending.uid, None), NodeChanged("g1", None)]
+
+
+def test_a_node_update_that_changes_nothing_the_cache_reads_changes_nothing() -> None:
+    """Status reports, images, annotations: no new snapshot, row stamp, nodes_version or event, so no
+    memoised score and no cluster total goes stale; allocatable, labels or cordoning each count."""
+    from app.cluster.cache_events import CacheEvent, NodeChanged
+
+    cache = ClusterCache()
+    first = node_obj("g1", gpus=8)
+    first["metadata"]["resourceVersion"] = "1"
+    cache.upsert_node(node_from_obj(first))
+    events: list[CacheEvent] = []
+    cache.subscribe(events.append)
+    table = cache.table
+    before = (cache.nodes_version, cache.generation, int(table.stamps[table.index["g1"]]))
+
+    report = node_obj("g1", gpus=8)
+    report["metadata"].update(resourceVersion="2", annotations={"node.alpha.kubernetes.io/ttl": "0"})
+    report["status"].update(images=[{"names": ["registry.k8s.io/pause:3.10"]}], conditions=[{"type": "Ready"}])
+    cache.upsert_node(node_from_obj(report))
+    table = cache.table
+    assert (cache.nodes_version, cache.generation, int(table.stamps[table.index["g1"]])) == before
+    assert events == []
+    assert cache.nodes["g1"].resource_version == "2"  # the newest object is kept all the same
+
+    grown = node_obj("g1", gpus=4)
+    relabelled = labelled("g1", {"pool": "a"}, gpus=4)
+    cordoned = labelled("g1", {"pool": "a"}, gpus=4)
+    cordoned["spec"] = {"unschedulable": True}
+    for version, changed in enumerate((grown, relabelled, cordoned), 3):
+        changed["metadata"]["resourceVersion"] = str(version)
+        cache.upsert_node(node_from_obj(changed))
+        assert cache.nodes_version == before[0] + version - 2
+        assert events[-1] == NodeChanged("g1", dict(changed["metadata"].get("labels") or {}))
+    assert cache.node_info("g1").allocatable["nvidia.com/gpu"] == 4  # type: ignore[union-attr]
 
 
 def test_snapshots_are_rebuilt_once_per_event_loop_step_and_on_read() -> None:
