@@ -49,7 +49,7 @@ from bench.plane import GPU, add_nodes, bulk, cpu_seconds
 from tests.e2e.api import pod_manifest
 from tests.e2e.binaries import locate_binaries
 from tests.e2e.controlplane import ADMIN_TOKEN, ControlPlane, Extender, extender_config
-from tests.e2e.process import wait_for
+from tests.e2e.process import stop_children_on_sigterm, wait_for
 
 __all__ = ["Drive", "create_pods", "drive", "gpu_mix", "wait_pods_seen"]
 
@@ -357,6 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="kge-bind-"))
+    stop_children_on_sigterm()  # stopped by its PID, it still stops the control plane below
     plane = ControlPlane(workdir, locate_binaries())
     results: dict[str, Any] = {"args": vars(args), "loadBefore": _load(), "phases": []}
     ok = True

@@ -63,7 +63,7 @@ from bench.pprof import SCHEDULER_FLAGS, capture
 from tests.e2e.api import pod_manifest
 from tests.e2e.binaries import REPO, locate_binaries
 from tests.e2e.controlplane import ADMIN_TOKEN, ControlPlane, Extender, extender_config, scheduler_env
-from tests.e2e.process import Proc, free_port, wait_for
+from tests.e2e.process import Proc, free_port, stop_children_on_sigterm, wait_for
 
 NAMESPACE = "bench"
 PPROF_SECONDS = 5
@@ -355,6 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     if pprof is not None:
         pprof.mkdir(parents=True, exist_ok=True)
     profile_flags = list(SCHEDULER_FLAGS) if pprof is not None else []
+    stop_children_on_sigterm()  # stopped by its PID, it still stops the control plane below
     plane = ControlPlane(workdir, locate_binaries())
     results: dict[str, Any] = {"args": vars(args), "rounds": []}
     try:

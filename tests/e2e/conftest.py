@@ -21,7 +21,7 @@ import pytest
 from tests.e2e.api import pod_manifest
 from tests.e2e.binaries import Missing, locate_binaries
 from tests.e2e.controlplane import ControlPlane, Extender, extender_config
-from tests.e2e.process import wait_for
+from tests.e2e.process import stop_children_on_sigterm, wait_for
 
 GPU = "nvidia.com/gpu"
 GROUP_LABEL = "e2e.kube-gpu-extender.io/group"
@@ -52,6 +52,7 @@ def binaries() -> dict[str, Path]:
 
 @pytest.fixture(scope="session")
 def cluster(binaries: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    stop_children_on_sigterm()  # pytest stopped by its PID tears this fixture down, control plane included
     plane = ControlPlane(tmp_path_factory.mktemp("controlplane"), binaries)
     try:
         plane.start()

@@ -16,9 +16,16 @@ from typing import TypeVar
 
 import httpx
 
-__all__ = ["Proc", "free_port", "until_equal", "wait_for"]
+__all__ = ["Proc", "free_port", "stop_children_on_sigterm", "until_equal", "wait_for"]
 
 T = TypeVar("T")
+
+
+def stop_children_on_sigterm() -> None:
+    """Make SIGTERM raise KeyboardInterrupt, as Ctrl-C does, so that a harness or benchmark stopped by
+    its PID unwinds and stops the processes it started: they run in sessions of their own, never see
+    the signal, and would outlive it (a control plane left busy on the machine)."""
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
 
 
 def free_port() -> int:
