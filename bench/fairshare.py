@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 
 from app.cluster.objects import pod_from_obj
+from app.cluster.workloads import WorkloadAdmissions
 from app.pipeline.fairness import Fairness
 from fairshare.config import KUEUE_QUEUE_LABEL, parse_queue_config
 from fairshare.drs import dominant_resource_share
@@ -297,6 +298,12 @@ def reclaim_bench(rounds: int) -> None:
         reclaimer._indexes.clear()  # what any pod or node event does: the workload index is rebuilt
         assert len(reclaimer.decide()) == 1
 
+    admissions = fairness.workloads = WorkloadAdmissions()  # watchKueue on, no Workload admitted: pods' times
+
+    def round_after_an_admission_change() -> None:
+        admissions.version += 1  # a Workload's admission time moved: every pod's Workload is built again
+        assert len(reclaimer.decide()) == 1
+
     pure()
     print(f"reclaim: {len(cache.nodes)} nodes, 50 ClusterQueues, {len(index.all)} running pods, {len(rooms)} rooms")
     print("  one choice:", [w.key for w, _ in reclaimer.decide()[0].choice.victims])
@@ -304,6 +311,7 @@ def reclaim_bench(rounds: int) -> None:
         ("reclaim choice (pure)", pure, rounds),
         ("reclaim round, steady cache", whole_round, rounds),
         ("reclaim round after an event", round_after_an_event, max(20, rounds // 5)),
+        ("reclaim round, admission moved", round_after_an_admission_change, max(20, rounds // 5)),
     ):
         p50, p99 = timed(fn, n)
         print(f"{label:30s} p50 {p50:.3f} ms  p99 {p99:.3f} ms")

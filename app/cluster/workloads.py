@@ -73,16 +73,19 @@ class WorkloadAdmissions:
         self.version += 1
 
     def upsert(self, obj: Mapping[str, Any]) -> None:
-        self.delete(obj)
-        at = _admission_time(obj)
-        if at is None:
-            return  # not admitted (yet, or any more): the pods' own times apply
+        key, at = self._key(obj), _admission_time(obj)
         meta = obj.get("metadata")
         refs = meta.get("ownerReferences") if isinstance(meta, Mapping) else None
         owners = tuple(
             str(r["uid"]) for r in (refs if isinstance(refs, list) else ()) if isinstance(r, Mapping) and r.get("uid")
         )
-        key = self._key(obj)
+        if at is not None and self._by_key.get(key) == (at, owners):
+            # Kueue updates a Workload's status often; this update moved no admission time. (Nor does it
+            # take the owner back from a newer Workload of the same owner.)
+            return
+        self.delete(obj)
+        if at is None:
+            return  # not admitted (yet, or any more): the pods' own times apply
         self._by_key[key] = (at, owners)
         for uid in owners:
             self._by_owner[uid] = (key, at)

@@ -131,3 +131,30 @@ def test_a_new_workload_of_the_same_owner_keeps_its_time_when_the_old_one_goes()
     workloads.delete(workload("job-b-new", T0 + 20))
     assert workloads.admitted_at(pod) is None
     assert versions == sorted(set(versions)) and workloads.version > versions[-1]
+
+
+def test_a_status_update_that_moves_no_admission_time_changes_nothing() -> None:
+    """Kueue updates a Workload's status often: an update with the same admission time and owners keeps
+    the version (the reclaimer keeps its workload index), and an update of a Job's old Workload does
+    not take the owner back from its new one; a new time or owner counts."""
+
+    def workload(name: str, at: float, owner: str = "job-b", **status: Any) -> dict[str, Any]:
+        condition = {"type": "QuotaReserved", "status": "True", "lastTransitionTime": stamp(at)}
+        meta = {"name": name, "namespace": "p1", "ownerReferences": [{"uid": owner}]}
+        return {"metadata": meta, "status": {"conditions": [condition], **status}}
+
+    pod = replace(pod_from_obj(worker("b", T0)), owner_uid="job-b")
+    workloads = WorkloadAdmissions()
+    workloads.upsert(workload("job-b-old", T0 + 10))
+    workloads.upsert(workload("job-b-new", T0 + 20))
+    version = workloads.version
+    workloads.upsert(workload("job-b-new", T0 + 20, requeueState={"count": 1}))
+    workloads.upsert(workload("job-b-old", T0 + 10, reclaimablePods=[{"name": "main", "count": 1}]))
+    assert workloads.version == version
+    assert workloads.admitted_at(pod) == pytest.approx(T0 + 20)  # still the new Workload's time
+    workloads.upsert(workload("job-b-new", T0 + 30))
+    assert workloads.version > version and workloads.admitted_at(pod) == pytest.approx(T0 + 30)
+    version = workloads.version
+    workloads.upsert(workload("job-b-new", T0 + 30, owner="job-c"))
+    assert workloads.version > version
+    assert workloads.admitted_at(replace(pod, owner_uid="job-c")) == pytest.approx(T0 + 30)
