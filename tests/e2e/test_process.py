@@ -15,7 +15,8 @@ from tests.e2e.process import wait_for
 REPO = Path(__file__).resolve().parents[2]
 
 # A harness in miniature: one child in a session of its own (as every component is), stopped in
-# ``finally``; it prints the child's PID and waits to be stopped.
+# ``finally``; it prints the child's PID and waits to be stopped. The print is inside ``try``: the
+# test signals as soon as it reads the PID, which can be before ``print`` has returned.
 _HARNESS = textwrap.dedent(
     """
     import sys, time
@@ -25,8 +26,8 @@ _HARNESS = textwrap.dedent(
     if sys.argv[1] == "handled":
         stop_children_on_sigterm()
     child = Proc("sleeper", [sys.executable, "-c", "import time; time.sleep(120)"], Path(sys.argv[2])).start()
-    print(child.pid, flush=True)
     try:
+        print(child.pid, flush=True)  # inside: the signal may come as soon as the PID is out
         time.sleep(120)
     finally:
         child.stop()
