@@ -22,7 +22,7 @@ Node choice is deterministic: fewest victims, then fewest pods, then the order t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,21 +93,72 @@ class ReclaimChoice:
 
 
 class Workloads:
-    """The running workloads of one cluster state, indexed once for many decisions."""
+    """The running workloads of one cluster state, indexed for many decisions. Kept up to date between
+    decisions with ``add`` and ``discard``; ``without`` gives the same index with some workloads left
+    out (those an earlier decision of the round already evicts), sharing it. The policies order
+    candidates themselves, so the order workloads were added in decides nothing."""
 
-    def __init__(self, workloads: Sequence[Workload]) -> None:
-        self.all = tuple(workloads)
-        self.by_key = {w.key: w for w in self.all}
-        self.by_node: dict[str, list[Workload]] = {}
+    def __init__(self, workloads: Iterable[Workload] = ()) -> None:
+        self.by_key: dict[str, Workload] = {}
+        self._by_node: dict[str, dict[str, Workload]] = {}  # node -> key -> workloads with pods there
         self.freed_on: dict[tuple[str, str], dict[str, int]] = {}  # (workload, node) -> what its pods hold there
-        for w in self.all:
-            for pod in w.pods:
-                held = self.freed_on.get((w.key, pod.node))
-                if held is None:
-                    held = self.freed_on[(w.key, pod.node)] = {}
-                    self.by_node.setdefault(pod.node, []).append(w)
-                for r, v in pod.requests.items():
-                    held[r] = held.get(r, 0) + v
+        self._left_out: frozenset[str] = frozenset()
+        self._all: tuple[Workload, ...] | None = None
+        for w in workloads:
+            self.add(w)
+
+    def add(self, workload: Workload) -> None:
+        """Add a workload, or replace the one with its key."""
+        key = workload.key
+        if key in self.by_key:
+            self.discard(key)
+        self.by_key[key] = workload
+        freed_on = self.freed_on
+        for pod in workload.pods:
+            held = freed_on.get((key, pod.node))
+            if held is None:
+                held = freed_on[(key, pod.node)] = {}
+                self._by_node.setdefault(pod.node, {})[key] = workload
+            for r, v in pod.requests.items():
+                held[r] = held.get(r, 0) + v
+        self._all = None
+
+    def discard(self, key: str) -> None:
+        workload = self.by_key.pop(key, None)
+        if workload is None:
+            return
+        for node in {pod.node for pod in workload.pods}:
+            self.freed_on.pop((key, node), None)
+            on_node = self._by_node.get(node)
+            if on_node is not None:
+                on_node.pop(key, None)
+                if not on_node:
+                    del self._by_node[node]
+        self._all = None
+
+    def without(self, keys: Collection[str]) -> Workloads:
+        """This index with ``keys`` left out, sharing its data (valid until the next ``add``/``discard``)."""
+        if not keys:
+            return self
+        view = Workloads.__new__(Workloads)
+        view.by_key, view._by_node, view.freed_on = self.by_key, self._by_node, self.freed_on
+        view._left_out, view._all = self._left_out | frozenset(keys), None
+        return view
+
+    @property
+    def all(self) -> tuple[Workload, ...]:
+        if self._all is None:
+            left_out = self._left_out
+            self._all = tuple(w for k, w in self.by_key.items() if k not in left_out)
+        return self._all
+
+    def on_node(self, node: str) -> list[Workload]:
+        """The workloads with pods on ``node``."""
+        on_node = self._by_node.get(node)
+        if not on_node:
+            return []
+        left_out = self._left_out
+        return [w for k, w in on_node.items() if k not in left_out]
 
     def node_fits(self, room: NodeRoom, requests: Mapping[str, int], removed: Sequence[str]) -> bool:
         """Whether ``requests`` fit on the room's node once the workloads ``removed`` (keys) are gone."""
@@ -203,7 +254,7 @@ def kueue_reclaim(
     for room in rooms:  # no node has room: the victims must also free one
         if quota_fits(room.request):
             continue  # node room is missing, not quota: pod priority's business (the preempt verb)
-        pool = workloads.by_node.get(room.name, [])
+        pool = workloads.on_node(room.name)
         reclaimable = [w for w in pool if w.queue != cluster_queue and snapshot.borrowing(f"cq/{w.queue}")]
         if not workloads.node_fits(room, requests, [w.key for w in reclaimable]):
             continue  # even every borrower's pods there would not make room
@@ -273,7 +324,7 @@ def kai_reclaim(
 
     choices = []
     for room in rooms:
-        pool = [w for w in workloads.by_node.get(room.name, []) if w.queue != queue and w.queue in view.queues]
+        pool = [w for w in workloads.on_node(room.name) if w.queue != queue and w.queue in view.queues]
         if not pool or not workloads.node_fits(room, requests, [w.key for w in pool]):
             continue
         ratios = {name: ratio(name) for name in {w.queue for w in pool}}

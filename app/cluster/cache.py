@@ -176,6 +176,10 @@ class ClusterCache:
     def counted_items(self) -> list[tuple[str, Counted]]:
         return list(self._counted.items())
 
+    def counted_entry(self, uid: str) -> Counted | None:
+        """``counted`` with whether it counts through our assumption."""
+        return self._counted.get(uid)
+
     def counted_on(self, node: str) -> list[tuple[str, Counted]]:
         """The pods counted on one node, as ``counted_items`` entries, without scanning every pod."""
         usage = self._usage.get(node)

@@ -10,6 +10,7 @@ times are kept; the store never changes what quota counts, so an update costs no
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,6 +23,7 @@ __all__ = ["WORKLOADS_SOURCE", "WorkloadAdmissions", "kueue_group_name"]
 
 WORKLOADS_SOURCE = "workloads.kueue.x-k8s.io"
 _CONDITIONS = ("QuotaReserved", "Admitted")  # in order of preference
+LOG_LENGTH = 4096  # admission changes remembered for ``changes_since``
 
 
 def _admission_time(obj: Mapping[str, Any]) -> float | None:
@@ -46,6 +48,10 @@ class WorkloadAdmissions:
         self._by_owner: dict[str, tuple[str, float]] = {}
         self.listed = False
         self.version = 0  # bumped when any admission time may have changed (for whoever caches them)
+        # (version, what changed at it: owner UIDs and the Workload's ns/name), the last LOG_LENGTH changes;
+        # ``changes_since`` answers from it. A relist starts it anew (it may change anything).
+        self._log: deque[tuple[int, tuple[str, ...]]] = deque(maxlen=LOG_LENGTH)
+        self._log_from = 0  # the log holds every change after this version
 
     def resource(self) -> Resource:
         return Resource(
@@ -71,6 +77,8 @@ class WorkloadAdmissions:
             self.upsert(obj)
         self.listed = True
         self.version += 1
+        self._log.clear()
+        self._log_from = self.version
 
     def upsert(self, obj: Mapping[str, Any]) -> None:
         key, at = self._key(obj), _admission_time(obj)
@@ -89,7 +97,7 @@ class WorkloadAdmissions:
         self._by_key[key] = (at, owners)
         for uid in owners:
             self._by_owner[uid] = (key, at)
-        self.version += 1
+        self._changed(key, owners)
 
     def delete(self, obj: Mapping[str, Any]) -> None:
         key = self._key(obj)
@@ -99,7 +107,31 @@ class WorkloadAdmissions:
         for uid in old[1]:
             if self._by_owner.get(uid, ("", 0.0))[0] == key:
                 del self._by_owner[uid]
+        self._changed(key, old[1])
+
+    def _changed(self, key: str, owners: tuple[str, ...]) -> None:
         self.version += 1
+        if len(self._log) == self._log.maxlen:
+            self._log_from = self._log[0][0]
+        self._log.append((self.version, (key, *owners)))
+
+    def changes_since(self, version: int) -> set[str] | None:
+        """What the admission times changed by after ``version``: the owner UIDs and Workload keys
+        (ns/name) that ``admitted_at`` looks up; None when the log no longer reaches that far back."""
+        if version < self._log_from:
+            return None
+        changed: set[str] = set()
+        for at, names in reversed(self._log):
+            if at <= version:
+                break
+            changed.update(names)
+        return changed
+
+    @staticmethod
+    def lookups(pod: PodInfo, group_name: str = "") -> tuple[str, ...]:
+        """What ``admitted_at`` looks the pod up by (as ``changes_since`` names them)."""
+        names = (pod.uid, pod.owner_uid) if pod.owner_uid else (pod.uid,)
+        return (*names, f"{pod.namespace}/{group_name}") if group_name else names
 
     def admitted_at(self, pod: PodInfo, group_name: str = "") -> float | None:
         """The admission time of the pod's Workload, or None when no admitted Workload is known."""

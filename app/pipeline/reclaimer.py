@@ -22,12 +22,15 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
+from app.cluster.cache_events import CacheEvent, Counted
 from app.cluster.eviction import EvictionOutcome, Evictor
 from app.cluster.objects import ObjectError, pod_placement
+from app.cluster.workloads import kueue_group_name
 from app.pipeline.fairness import Fairness
+from app.pipeline.reclaim_index import Member, WorkloadIndex, build_workloads, member
 from app.pipeline.reclaim_notes import decision_shares, eviction_notes
 from fairshare.admission import Verdict
 from fairshare.assignment import QueuedPod, judge
@@ -38,7 +41,6 @@ from fairshare.reclaim import (
     KaiView,
     NodeRoom,
     ReclaimChoice,
-    RunningPod,
     Workload,
     Workloads,
     kai_reclaim,
@@ -88,18 +90,12 @@ class Reclaimer:
         self.reported: dict[str, tuple[str, ...]] = {}  # beneficiary UID -> victims last recorded
         self.unhelped: dict[str, int] = {}  # pending pod UID -> the round no eviction could help it
         self.leading: bool | None = None
-        # kind -> pod UID -> (pod, what it counts, node, its Workload): lone pods' Workloads between rounds.
-        self._memo: dict[str, dict[str, tuple[PodInfo, Any, str, Workload]]] = {}
-        self._indexes: dict[str, tuple[Any, Workloads]] = {}  # kind -> (what it was built from, index)
-        self._memo_versions: dict[str, int] = {}  # kind -> the admission times' version its memo saw
+        self._indexes: dict[str, WorkloadIndex] = {}  # kind -> running workloads, kept between rounds
         self.rounds = 0
         self.last_error = ""
         fairness.reclaim_view = self.view
-
-    def _admissions_version(self) -> int:
-        """Changes whenever a Workload's admission time may have (the Workload watch bumps it)."""
-        workloads = self.fairness.workloads
-        return workloads.version if workloads is not None else 0
+        if fairness.cache is not None:
+            fairness.cache.subscribe(self._on_event)
 
     @property
     def config(self) -> ReclaimConfig:
@@ -158,94 +154,65 @@ class Reclaimer:
         return out[:MAX_BENEFICIARIES]
 
     def workloads(self, kind: str, gone: frozenset[str] | set[str] = frozenset()) -> Workloads:
-        """Running workloads (bound, not assumed; gangs as one) old enough to be victims, but ``gone``.
-        A lone pod's Workload is kept between rounds while its pod and what it counts are unchanged."""
-        fairness, cache = self.fairness, self.fairness.cache
+        """Running workloads (bound, not assumed; gangs as one) old enough to be victims, but ``gone``,
+        built whole (``reclaim_index.build_workloads``; rounds keep them up to date instead, ``_index``)."""
+        cache = self.fairness.cache
         if cache is None:
             return Workloads(())
-        now = self.wall_clock()
-        min_runtime = self.config.min_runtime_seconds
-        groups: dict[str, list[tuple[PodInfo, str, Mapping[Any, float], str]]] = {}
-        too_young: set[str] = set()
+        make = self._member_maker(kind)
+        members = {uid: m for uid, entry in cache.counted_items() if (m := make(uid, entry)) is not None}
+        return build_workloads(members, self.wall_clock(), self.config.min_runtime_seconds, self.evicted, gone)
+
+    def _member_maker(self, kind: str) -> Callable[[str, Counted | None], Member | None]:
+        fairness = self.fairness
+
+        def kueue(pod: PodInfo) -> tuple[str, Mapping[Any, float]] | None:
+            return fairness.usage.counted(pod.uid)
+
         kai = fairness.kai_ledger()
-        # Lone pods' Workloads from the last build, unless admission times may have moved since.
-        version = self._admissions_version()
-        old_memo = self._memo.get(kind, {}) if self._memo_versions.get(kind) == version else {}
-        memo: dict[str, tuple[PodInfo, Any, str, Workload]] = {}
-        out = []
-        amounts: Mapping[Any, float]
-        for uid, (node, pod, assumed) in cache.counted_items():
-            if assumed:
-                continue
-            counted = fairness.usage.counted(uid) if kind == "kueue" else None
-            hit = old_memo.get(uid)
-            if hit is not None and hit[0] is pod and hit[1] is counted and hit[2] == node:
-                single = hit[3]
-            else:
-                if kind == "kueue":
-                    if counted is None:
-                        continue
-                    queue, amounts = counted[0], counted[1]
-                else:
-                    queue = kai.queue_of(dict(pod.queue_labels)) or ""
-                    if queue not in kai.queues:
-                        continue
-                    amounts = fairness._kai_amounts(pod)
-                single = Workload(
-                    uid,
-                    queue,
-                    pod.priority,
-                    fairness.admitted_at(pod),
-                    amounts,
-                    (RunningPod(uid, node, pod.resources.requests),),
-                )
-            memo[uid] = (pod, counted, node, single)
-            young = min_runtime > 0 and (single.admitted_at <= 0 or now - single.admitted_at < min_runtime)
-            if pod.pod_group:
-                if young:
-                    too_young.add(pod.pod_group)
-                groups.setdefault(pod.pod_group, []).append((pod, node, single.usage, single.queue))
-                continue
-            if young or uid in gone:
-                continue
-            evicted = pod.terminating or uid in self.evicted
-            out.append(single if single.evicted == evicted else replace(single, evicted=evicted))
-        self._memo[kind] = memo
-        self._memo_versions[kind] = version
-        for key, members in groups.items():
-            if key in too_young or key in gone:
-                continue  # one pod too young keeps its whole gang
-            usage: dict[Any, float] = {}
-            for _pod, _node, held, _queue in members:
-                for k, v in held.items():
-                    usage[k] = usage.get(k, 0.0) + v
-            pods = tuple(RunningPod(p.uid, n, p.resources.requests) for p, n, _a, _q in members)
-            out.append(
-                Workload(
-                    key,
-                    members[0][3],
-                    max(p.priority for p, *_ in members),
-                    min(fairness.admitted_at(p) for p, *_ in members),
-                    usage,
-                    pods,
-                    evicted=any(p.terminating or p.uid in self.evicted for p, *_ in members),
-                )
-            )
-        return Workloads(out)  # the policy orders candidates itself
+
+        def kai_queue(pod: PodInfo) -> tuple[str, Mapping[Any, float]] | None:
+            queue = kai.queue_of(dict(pod.queue_labels)) or ""
+            return (queue, fairness._kai_amounts(pod)) if queue in kai.queues else None
+
+        queue_and_amounts = kueue if kind == "kueue" else kai_queue
+        admissions = fairness.workloads
+        if admissions is None:
+            return lambda uid, entry: member(uid, entry, queue_and_amounts, fairness.admitted_at)
+
+        def lookups(pod: PodInfo) -> tuple[str, ...]:
+            return admissions.lookups(pod, kueue_group_name(pod))
+
+        return lambda uid, entry: member(uid, entry, queue_and_amounts, fairness.admitted_at, lookups)
+
+    def _on_event(self, event: CacheEvent) -> None:
+        for index in self._indexes.values():
+            index.on_event(event)
 
     def _index(self, kind: str, gone: set[str]) -> Workloads:
-        """``workloads``, reused while the cache, the evictions and the clock's relevance are unchanged."""
+        """``workloads``, kept up to date between rounds from the pods the cache reports changed."""
         cache = self.fairness.cache
-        if gone or cache is None:
-            return self.workloads(kind, gone)
-        config = self.config
-        clock = int(self.wall_clock()) if config.min_runtime_seconds > 0 else 0
-        admissions, minimum = self._admissions_version(), config.min_runtime_seconds
-        key = (cache.generation, admissions, frozenset(self.evicted), clock, minimum, id(self.fairness.config))
-        cached = self._indexes.get(kind)
-        if cached is None or cached[0] != key:
-            cached = self._indexes[kind] = (key, self.workloads(kind))
-        return cached[1]
+        if cache is None:
+            return Workloads(())
+        index = self._indexes.get(kind)
+        if index is None:
+            index = self._indexes[kind] = WorkloadIndex()
+        config, admissions = self.fairness.config, self.fairness.workloads
+        if admissions is not None:  # the members whose admission time may have moved are built again
+            index.readmitted(admissions.changes_since(index.admissions_seen))
+            index.admissions_seen = admissions.version
+        # What every member reads besides its pod: rebuilt whole when one of these changes (identity first).
+        basis = (id(config), config, id(admissions), admissions, self.config.min_runtime_seconds, id(cache), cache)
+        workloads = index.refresh(
+            basis,
+            cache.counted_items,
+            cache.counted_entry,
+            self._member_maker(kind),
+            self.wall_clock(),
+            self.config.min_runtime_seconds,
+            self.evicted,
+        )
+        return workloads.without(gone)
 
     def rooms(
         self, pod: PodInfo, queued: QueuedPod, snap: TreeUsage, moved: Mapping[str, Mapping[str, int]]

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from app.cluster import workloads as workloads_module
 from app.cluster.objects import pod_from_obj
 from app.cluster.workloads import WorkloadAdmissions
 from tests.app.test_fairness import COHORT_9
@@ -158,3 +159,41 @@ def test_a_status_update_that_moves_no_admission_time_changes_nothing() -> None:
     workloads.upsert(workload("job-b-new", T0 + 30, owner="job-c"))
     assert workloads.version > version
     assert workloads.admitted_at(replace(pod, owner_uid="job-c")) == pytest.approx(T0 + 30)
+
+
+def test_changes_since_names_what_moved_and_says_when_it_no_longer_knows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the reclaimer's index asks after each round: the owners and Workload keys whose admission
+    time moved since the version it saw; None once the log has dropped changes it needs, and after a
+    relist (which may change anything)."""
+    monkeypatch.setattr(workloads_module, "LOG_LENGTH", 3)
+
+    def workload(name: str, at: float, owner: str) -> dict[str, Any]:
+        condition = {"type": "QuotaReserved", "status": "True", "lastTransitionTime": stamp(at)}
+        return {
+            "metadata": {"name": name, "namespace": "p1", "ownerReferences": [{"uid": owner}]},
+            "status": {"conditions": [condition]},
+        }
+
+    admissions = WorkloadAdmissions()
+    start = admissions.version
+    admissions.upsert(workload("a", T0, "job-a"))
+    seen = admissions.version
+    admissions.upsert(workload("b", T0, "job-b"))
+    admissions.upsert(workload("b", T0, "job-b"))  # no change: nothing logged
+    assert admissions.changes_since(seen) == {"p1/b", "job-b"}
+    assert admissions.changes_since(start) == {"p1/a", "job-a", "p1/b", "job-b"}
+    assert admissions.changes_since(admissions.version) == set()
+    admissions.delete(workload("a", T0, "job-a"))
+    assert admissions.changes_since(seen) == {"p1/b", "job-b", "p1/a", "job-a"}
+    admissions.upsert(workload("c", T0, "job-c"))  # a fourth change: the first is dropped
+    assert admissions.changes_since(start) is None
+    assert admissions.changes_since(seen) == {"p1/b", "job-b", "p1/a", "job-a", "p1/c", "job-c"}
+    latest = admissions.version
+    admissions.replace([workload("c", T0, "job-c")])
+    assert admissions.changes_since(latest) is None and admissions.changes_since(admissions.version) == set()
+
+
+def test_lookups_are_what_admitted_at_reads() -> None:
+    pod = replace(pod_from_obj(worker("b", T0)), owner_uid="job-b")
+    assert WorkloadAdmissions.lookups(pod) == (pod.uid, "job-b")
+    assert WorkloadAdmissions.lookups(replace(pod, owner_uid=""), "grp") == (pod.uid, f"{pod.namespace}/grp")

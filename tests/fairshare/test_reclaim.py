@@ -232,3 +232,49 @@ def test_kai_no_reclaim_above_the_reclaimers_share_or_from_a_queue_at_its_share(
     assert kai_reclaim(over, "a", {"gpu": 2.0}, {GPU: 2}, rooms, Workloads(running)) is None  # 3 + 2 > 4
     at_share = KaiView({"b": {"gpu": 4.0}}, {"a": {"gpu": 4.0}, "b": {"gpu": 4.0}}, queues)
     assert kai_reclaim(at_share, "a", {"gpu": 1.0}, {GPU: 1}, rooms, Workloads(running)) is None  # b not above
+
+
+def _index_view(workloads: Workloads, nodes: list[str]) -> tuple[Any, ...]:
+    keys = {w.key for w in workloads.all}
+    return (
+        {w.key: w for w in workloads.all},
+        {n: sorted(w.key for w in workloads.on_node(n)) for n in nodes},
+        {(k, n): workloads.freed_on.get((k, n)) for k in keys for n in nodes},
+    )
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(
+            st.sampled_from(("w1", "w2", "w3", "w4")),
+            st.one_of(st.none(), st.lists(st.sampled_from(("n1", "n2", "n3")), min_size=1, max_size=3)),
+            st.integers(1, 4),
+        ),
+        max_size=20,
+    ),
+    left_out=st.sets(st.sampled_from(("w1", "w2", "w3", "w4"))),
+)
+def test_workloads_kept_with_add_and_discard_equal_workloads_built_at_once(
+    steps: list[tuple[str, list[str] | None, int]], left_out: set[str]
+) -> None:
+    """``add`` (replacing a key) and ``discard`` in any order leave the same index as building the final
+    set at once, and ``without`` the same as building it without those keys; a view does not change
+    the index it shares."""
+    kept = Workloads()
+    final: dict[str, Workload] = {}
+    for key, nodes, gpus in steps:
+        if nodes is None:
+            kept.discard(key)
+            final.pop(key, None)
+        else:
+            pods = tuple(RunningPod(f"{key}-{i}", n, {GPU: gpus}) for i, n in enumerate(nodes))
+            final[key] = Workload(key, "q", 0, 0.0, {("a100", GPU): gpus * len(nodes)}, pods)
+            kept.add(final[key])
+    nodes = ["n1", "n2", "n3"]
+    assert _index_view(kept, nodes) == _index_view(Workloads(final.values()), nodes)
+    view = kept.without(left_out)
+    expected = Workloads(w for k, w in final.items() if k not in left_out)
+    assert {w.key for w in view.all} == {w.key for w in expected.all}
+    assert all(sorted(w.key for w in view.on_node(n)) == sorted(w.key for w in expected.on_node(n)) for n in nodes)
+    assert _index_view(kept, nodes) == _index_view(Workloads(final.values()), nodes)
