@@ -35,7 +35,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from allocator import (
@@ -272,6 +272,11 @@ class DraState:
         self._classes_changed()
 
     def upsert_slice(self, resource_slice: ResourceSlice) -> None:
+        old = self.slices.get(resource_slice.name)
+        if old is not None and replace(old, resource_version=resource_slice.resource_version) == resource_slice:
+            # Republished as it was (a metadata update, say): the allocator reads nothing new, so the
+            # fast path, the pools memo and capacity waiters are left alone.
+            return
         self.slices.upsert(resource_slice)
         self._slices_changed()
 

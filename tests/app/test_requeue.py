@@ -239,3 +239,24 @@ def test_devices_freed_move_the_signal_and_devices_taken_do_not() -> None:
     cache.dra.upsert_claim(claim(4, allocated=True))
     assert bumps(lambda: cache.dra.delete_claim("default/c"))
     assert bumps(lambda: cache.dra.upsert_slice(slice_from_obj(slice_obj("s", [gpu_device("gpu-0")], node="g1"))))
+
+
+def test_a_slice_republished_as_it_was_changes_nothing() -> None:
+    """A ResourceSlice update with the same content (new resourceVersion: a metadata update) frees no
+    capacity and keeps the DRA state's derived views; a changed device list counts."""
+    cache = ClusterCache()
+
+    def published(version: int, *devices: str) -> Any:
+        obj = slice_obj("s", [gpu_device(d) for d in devices], node="g1")
+        obj["metadata"]["resourceVersion"] = str(version)
+        return slice_from_obj(obj)
+
+    cache.dra.upsert_slice(published(1, "gpu-0"))
+    before, slice_before = cache.freed.version, cache.dra.slices.get("s")
+    cache.dra.fast.tables["marker"] = None  # type: ignore[index]  # dropped by any invalidation
+    cache.dra.upsert_slice(published(2, "gpu-0"))
+    assert cache.freed.version == before and "marker" in cache.dra.fast.tables
+    assert cache.dra.slices.get("s") is slice_before
+    cache.dra.upsert_slice(published(3, "gpu-0", "gpu-1"))
+    assert cache.freed.version != before and "marker" not in cache.dra.fast.tables
+    assert [d.name for d in cache.dra.slices.get("s").devices] == ["gpu-0", "gpu-1"]  # type: ignore[union-attr]
