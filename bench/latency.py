@@ -50,6 +50,7 @@ from app.config import ExtenderConfiguration
 from bench.cluster import build_cluster, encode, write_cluster
 from bench.request_bodies import filter_body_names, filter_body_nodes, pending_pods
 from fairshare.config import KUEUE_QUEUE_LABEL
+from tests.e2e.process import stop_children_on_sigterm
 
 REPO = Path(__file__).resolve().parents[1]
 HEADERS = {"Content-Type": "application/json", "User-Agent": "Go-http-client/1.1", "Accept-Encoding": "gzip"}
@@ -460,6 +461,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", help="also write the rows and the machine to this file")
     args = parser.parse_args(argv)
+    stop_children_on_sigterm()  # stopped by its PID, it still stops the extender it started
     if args.queues and args.shipped:
         parser.error("--queues and --shipped are separate configurations: choose one")
     options = Options(args.requests, args.warmup, args.seed, args.ready_timeout, args.client, args.queues, args.shipped)

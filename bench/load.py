@@ -42,6 +42,7 @@ import httpx
 from bench.cluster import iter_cluster
 from bench.latency import stop_process
 from bench.request_bodies import PENDING_KINDS, pending_pod
+from tests.e2e.process import stop_children_on_sigterm
 from tests.fakeapi import FakeAPIServer
 
 __all__ = ["main"]
@@ -156,6 +157,7 @@ def main() -> None:
     parser.add_argument("--keep-bound", type=int, default=2000, help="bound pods kept; older ones finish")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
+    stop_children_on_sigterm()  # stopped by its PID, it still stops the extender it started
     work = Path(tempfile.mkdtemp(prefix="kge-load-"))
     exe = Path(sys.executable).parent
 
