@@ -21,7 +21,7 @@ from app.cluster.objects import ObjectError, pod_from_obj
 from app.cluster.requeue import Requeuer
 from app.cluster.writes import BindError
 from app.config import ExtenderConfiguration
-from app.http import wire
+from app.http import go_layout, wire
 from app.operator.metrics import Metrics
 from app.pipeline.build import build_pipeline
 from app.pipeline.claims import DraClaims
@@ -249,7 +249,7 @@ class ExtenderService:
             passed = self.resources.best_scored(pod, candidates.subset(passed), subset)  # the others: left out
         elif batch is not None and batch.all_known:  # prioritize will ask about exactly these
             self.cache.table.remember(passed, batch.rows[keep])
-            wire.remember_node_names(wire.encode(passed), passed)
+            go_layout.remember_node_names(wire.encode(passed), passed)
         failures = verdicts.reason_counts()
         for reason, count in failures.items():
             self.metrics.filter_failure(reason).inc(count)

@@ -9,13 +9,13 @@ as ``msgspec.Raw`` without re-encoding.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 
+from app.http import go_layout
 from app.http.answers import host_priority_raw, node_reasons_raw
 
 __all__ = [
@@ -168,19 +168,16 @@ class _GoExtenderArgs(msgspec.Struct):
 
     Pod: msgspec.Raw = msgspec.Raw(b"")
     Nodes: _NodeList | None = None
-    NodeNames: msgspec.Raw = msgspec.Raw(b"")  # decoded through _node_names (memoised by its bytes)
+    NodeNames: msgspec.Raw = msgspec.Raw(b"")  # decoded through go_layout.node_names (memoised by its bytes)
 
 
 _decoder_go_args = msgspec.json.Decoder(_GoExtenderArgs)
-# Go writes ObjectMeta.Name first, so a Node's name sits at a fixed place; anything else falls back
-# to a full decode of that node.
-_NODE_NAME = re.compile(rb'\A\{(?:"apiVersion":"v1","kind":"Node",)?"metadata":\{"name":"([A-Za-z0-9.\-]+)"')
 
 
 def _request_node(raw: msgspec.Raw, index: int) -> RequestNode:
-    match = _NODE_NAME.match(raw)
-    if match is not None:
-        return RequestNode(match[1].decode(), raw)
+    name = go_layout.node_name(raw)
+    if name is not None:
+        return RequestNode(name, raw)
     node = _decode(_decoder_node, raw, f"Nodes.items[{index}]")
     name = node.metadata.name if node.metadata else ""
     if not name:
@@ -188,102 +185,23 @@ def _request_node(raw: msgspec.Raw, index: int) -> RequestNode:
     return RequestNode(name, raw, node.status.allocatable if node.status else None, True)
 
 
-# kube-scheduler's NodeList-mode body, as Go encodes ExtenderArgs: the Pod, then the NodeList (empty
-# metadata), then NodeNames null; each item a v1.Node, whose name Go writes first.
-_GO_NODES_OPEN = b',"Nodes":{"metadata":{},"items":['
-_GO_NODES_CLOSE = b']},"NodeNames":null}'
-_GO_NODE_OPEN = b'{"metadata":{"name":"'
-_GO_NODE_NEXT = b'},{"metadata":{"name":"'
-_NODE_NAME_CHARS = re.compile(r"[A-Za-z0-9.\-]+")
-
-
-# kube-scheduler sends the same candidate list again and again (its feasible nodes change only as
-# nodes fill up), and prioritize gets the list filter answered: decoding 5,000 names costs ~0.25 ms,
-# comparing their bytes with a recent list a tenth of that. Returning the very same list object
-# also lets the node table recognise it at once. Callers must not modify the list.
-_NAME_LISTS_KEPT = 8
-_name_lists: list[tuple[bytes, list[str]]] = []  # most recent first; compared, not hashed (a hash reads it all)
-
-
-def _node_names(raw: bytes | msgspec.Raw) -> list[str] | None:
-    """``NodeNames`` as a list of strings (the same object for the same bytes), or None when it is
-    not a list of strings (the general path then says what is wrong)."""
-    key = bytes(raw)
-    for index, (encoded, names) in enumerate(_name_lists):
-        if len(encoded) == len(key) and encoded == key:
-            if index:
-                _name_lists.insert(0, _name_lists.pop(index))
-            return names
-    try:
-        decoded: list[str] | None = _decoder_names.decode(key)
-    except msgspec.DecodeError:
-        return None
-    if decoded is not None:
-        remember_node_names(key, decoded)
-    return decoded
-
-
-def remember_node_names(encoded: bytes, names: list[str]) -> None:
-    """Keep ``names`` for a later request whose ``NodeNames`` are exactly ``encoded`` (filter's answer
-    is what prioritize will be sent)."""
-    _name_lists[:] = [(encoded, names), *(entry for entry in _name_lists if entry[0] != encoded)][:_NAME_LISTS_KEPT]
-
-
 def _go_node_list(body: bytes) -> ExtenderArgs | None:
-    """A NodeList-mode body in exactly Go's layout, split into nodes without decoding them.
-
-    Scanning 1,000 full Nodes (10 MB) as JSON takes about 5 ms; finding where each one starts takes
-    a fraction of that. Quotes inside JSON strings are escaped, and no object nested in a v1.Node
-    (images, taints, conditions, addresses, managedFields...) begins with a ``metadata`` member, so
-    ``},{"metadata":{"name":"`` can only be the seam between two items. The nodes are echoed as
-    received and not checked as JSON here (kube-scheduler's encoder wrote them; a node the cache
-    does not know is decoded when its allocatable is read, and a broken one fails as "invalid
-    allocatable"); the Pod is decoded (and so checked) by the caller. Anything unexpected returns
-    None and the body takes the decoding path.
-    """
-    if not body.startswith(b'{"Pod":{') or not body.endswith(_GO_NODES_CLOSE):
-        return None
-    opening = body.find(_GO_NODES_OPEN)
-    if opening < 0:
-        return None
-    view = memoryview(body)
-    position, end = opening + len(_GO_NODES_OPEN), len(body) - len(_GO_NODES_CLOSE)
-    nodes: list[RequestNode] = []
-    if position < end and not body.startswith(_GO_NODE_OPEN, position):
-        return None
-    while position < end:
-        seam = body.find(_GO_NODE_NEXT, position + len(_GO_NODE_OPEN), end)
-        stop = end if seam < 0 else seam + 1  # the item's closing brace
-        name_start = position + len(_GO_NODE_OPEN)
-        name_end = body.find(b'"', name_start, stop)
-        name = body[name_start:name_end].decode("ascii", "replace") if name_end > name_start else ""
-        if _NODE_NAME_CHARS.fullmatch(name) is None or body[stop - 1 : stop] != b"}":
-            return None
-        nodes.append(RequestNode(name, msgspec.Raw(view[position:stop])))
-        position = end if seam < 0 else seam + 2
-    return ExtenderArgs(body[len(b'{"Pod":') : opening], nodes=nodes)
-
-
-# NodeNames mode as Go encodes ExtenderArgs: the Pod, "Nodes":null, then the names, last.
-_GO_NAMES_MARK = b',"Nodes":null,"NodeNames":['
+    """A NodeList-mode body in exactly Go's layout, its nodes echoed as received (app/http/go_layout.py)."""
+    split = go_layout.split_node_list(body, RequestNode)
+    return None if split is None else ExtenderArgs(split[0], nodes=split[1])
 
 
 def _go_node_names(body: bytes) -> ExtenderArgs | None:
-    """A NodeNames-mode body in exactly Go's layout, split without scanning the names when they are a
-    list seen recently (``_node_names`` compares the bytes). No Pod field is named "Nodes" and quotes
-    inside strings are escaped, so the mark can only be where the Pod ends."""
-    mark = body.find(_GO_NAMES_MARK)
-    if mark < 0 or not body.startswith(b'{"Pod":{'):
-        return None
-    names = _node_names(body[mark + len(_GO_NAMES_MARK) - 1 : -1])
-    return None if names is None else ExtenderArgs(body[len(b'{"Pod":') : mark], node_names=names)
+    """A NodeNames-mode body in exactly Go's layout (app/http/go_layout.py)."""
+    split = go_layout.split_node_names(body)
+    return None if split is None else ExtenderArgs(split[0], node_names=split[1])
 
 
 def decode_extender_args(body: bytes) -> ExtenderArgs:
     split = None
     if body.endswith(b"]}"):
         split = _go_node_names(body)
-    elif body.endswith(_GO_NODES_CLOSE):
+    elif body.endswith(go_layout.NODES_CLOSE):
         split = _go_node_list(body)
     if split is not None:
         return split
@@ -292,7 +210,7 @@ def decode_extender_args(body: bytes) -> ExtenderArgs:
     except (msgspec.ValidationError, msgspec.DecodeError):
         fast = None  # the general path below says precisely what is wrong
     if fast is not None and memoryview(fast.Pod)[:1].tobytes() == b"{":
-        if len(fast.NodeNames) and (names := _node_names(fast.NodeNames)) is not None:
+        if len(fast.NodeNames) and (names := go_layout.node_names(fast.NodeNames)) is not None:
             return ExtenderArgs(bytes(fast.Pod), node_names=names)
         if fast.Nodes is not None:
             nodes = [_request_node(raw, i) for i, raw in enumerate(fast.Nodes.items or ())]

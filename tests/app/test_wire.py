@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.http import wire
+from app.http import go_layout, wire
 from tests.conftest import filter_body, make_service, node_obj, pod_obj
 
 
@@ -175,7 +175,7 @@ def test_prioritize_finds_the_names_filter_answered() -> None:
     assert passed == names
     go_body = b'{"Pod":' + msgspec.json.encode(pod) + b',"Nodes":null,"NodeNames":' + msgspec.json.encode(passed) + b"}"
     assert wire.decode_extender_args(go_body).node_names is wire.decode_extender_args(go_body).node_names
-    assert (msgspec.json.encode(passed), passed) in wire._name_lists
+    assert (msgspec.json.encode(passed), passed) in go_layout._name_lists
 
 
 def test_a_broken_node_split_off_unparsed_fails_as_invalid_allocatable_not_as_an_internal_error() -> None:
@@ -193,12 +193,12 @@ def test_a_broken_node_split_off_unparsed_fails_as_invalid_allocatable_not_as_an
 
 def test_the_kept_name_lists_are_bounded_and_most_recent_first() -> None:
     for i in range(12):
-        wire.remember_node_names(msgspec.json.encode([f"n{i}"]), [f"n{i}"])
-    assert len(wire._name_lists) == wire._NAME_LISTS_KEPT
-    assert [names for _, names in wire._name_lists[:2]] == [["n11"], ["n10"]]
+        go_layout.remember_node_names(msgspec.json.encode([f"n{i}"]), [f"n{i}"])
+    assert len(go_layout._name_lists) == go_layout._NAME_LISTS_KEPT
+    assert [names for _, names in go_layout._name_lists[:2]] == [["n11"], ["n10"]]
     body = b'{"Pod":{"metadata":{"name":"p"}},"Nodes":null,"NodeNames":["n5"]}'
     assert wire.decode_extender_args(body).node_names == ["n5"]
-    assert wire._name_lists[0][1] == ["n5"]  # found again: now the most recent
+    assert go_layout._name_lists[0][1] == ["n5"]  # found again: now the most recent
 
 
 @given(st.lists(_node_names, max_size=8), st.dictionaries(st.text(max_size=5), _texts, max_size=2))
