@@ -53,6 +53,7 @@ __all__ = ["Plan", "Reclaimer"]
 log = logging.getLogger("kube_gpu_extender.reclaim")
 MAX_BENEFICIARIES = 16  # pending pods judged per round: bounds a round's cost on a busy cluster
 WINDOW = 60.0
+MAX_PLACEMENTS_KEPT = 256  # distinct pending-pod placements whose nodes are kept between rounds
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +92,8 @@ class Reclaimer:
         self.unhelped: dict[str, int] = {}  # pending pod UID -> the round no eviction could help it
         self.leading: bool | None = None
         self._indexes: dict[str, WorkloadIndex] = {}  # kind -> running workloads, kept between rounds
+        self._eligible_nodes: dict[Any, list[str]] = {}  # placement -> the nodes it allows (``_eligible``)
+        self._eligible_version = -1  # the cache's nodes_version they were found at
         self.rounds = 0
         self.last_error = ""
         fairness.reclaim_view = self.view
@@ -227,9 +230,8 @@ class Reclaimer:
         wanted = [r for r, v in pod.resources.requests.items() if v > 0]
         verdicts: dict[int, Any] = {}
         rooms: list[tuple[int, str, NodeRoom]] = []
-        for name, node in cache.nodes.items():
-            if node.unschedulable or not node_matches_placement(node.labels, placement):
-                continue
+        for name in self._eligible(placement):
+            node = cache.nodes[name]
             info = cache.node_info(name)
             if info is None:
                 continue
@@ -248,6 +250,28 @@ class Reclaimer:
             rooms.append((judged.flavor_index, name, NodeRoom(name, free, judged.request)))
         rooms.sort(key=lambda item: (item[0], item[1]))
         return [room for _, _, room in rooms]
+
+    def _eligible(self, placement: PodPlacement) -> list[str]:
+        """The schedulable nodes the placement allows, kept per placement while no node changes."""
+        cache = self.fairness.cache
+        assert cache is not None
+        if self._eligible_version != cache.nodes_version or len(self._eligible_nodes) > MAX_PLACEMENTS_KEPT:
+            self._eligible_nodes.clear()
+            self._eligible_version = cache.nodes_version
+        try:
+            key: Any = (tuple(sorted(placement.node_selector.items())), placement.affinity_terms)
+            found = self._eligible_nodes.get(key)
+        except TypeError:  # something unhashable in the terms: not kept
+            key, found = None, None
+        if found is None:
+            found = [
+                name
+                for name, node in cache.nodes.items()
+                if not node.unschedulable and node_matches_placement(node.labels, placement)
+            ]
+            if key is not None:
+                self._eligible_nodes[key] = found
+        return found
 
     def decide(self) -> list[Plan]:
         """A decision for each pending pod that needs victims (pure policy in fairshare.reclaim). Pods are

@@ -11,9 +11,11 @@ from typing import Any
 import pytest
 
 from app.cluster.eviction import EvictionOutcome, SnapshotEvictor
+from app.cluster.objects import node_from_obj
 from app.config import ConfigError, parse_config
 from app.operator.metrics import Metrics
 from app.pipeline.reclaimer import Reclaimer
+from fairshare.flavor import PodPlacement
 from tests.app.test_admission_order import T0, stamp
 from tests.conftest import in_queue, lending_cluster_queue, make_service, node_obj, pod_obj
 
@@ -239,3 +241,25 @@ def test_pods_no_eviction_can_help_do_not_keep_the_others_from_being_judged() ->
     assert run(r) == [] and evictor.evictions == []  # only the 16 hopeless ones were judged
     (plan,) = run(r)
     assert plan.pod.name == "late" and evictor.evictions == ["b7"]
+
+
+def test_the_nodes_a_placement_allows_follow_cordons_and_labels() -> None:
+    """Which nodes a pending pod may go to is kept between rounds, until a node changes: cordoned,
+    or relabelled away from the pod's nodeSelector, n1 offers no room, and no victims are chosen."""
+    r, _evictor, _metrics = reclaimer(borrower_pods() + lender_pods(1), mode="dry-run")
+    cache = r.fairness.cache
+    assert cache is not None
+    r.fairness.remember_placement("l0", PodPlacement(node_selector={"zone": "a"}))
+
+    def victims_with(**node: Any) -> list[list[str]]:
+        obj = node_obj("n1", gpus=8)
+        obj["metadata"]["labels"] = {"zone": node.get("zone", "a")}
+        obj["spec"] = {"unschedulable": node.get("cordoned", False)}
+        cache.upsert_node(node_from_obj(obj))
+        return [[w.key for w, _ in plan.choice.victims] for plan in r.decide()]
+
+    assert victims_with() == [["b7"]]
+    assert victims_with(cordoned=True) == []
+    assert victims_with() == [["b7"]]
+    assert victims_with(zone="b") == []
+    assert victims_with(zone="a") == [["b7"]]
