@@ -483,6 +483,11 @@ class Reclaimer:
             "evictionsLastMinute": sum(1 for t in self.recent if now - t <= WINDOW),
             "retryLater": {uid: round(at - now, 3) for uid, at in self.retry_at.items() if at > now},
             "lastError": self.last_error,
+            # Running workloads kept between rounds, per kind, and how often they were built whole.
+            "workloadIndex": {
+                kind: {"workloads": len(index.workloads.by_key), "wholeBuilds": index.rebuilds}
+                for kind, index in self._indexes.items()
+            },
         }
 
 

@@ -226,6 +226,7 @@ def test_debug_queues_shows_the_reclaimer(client_for: Any) -> None:
     run(r)
     view = client_for(service).get("/debug/queues").json()
     assert view["reclaim"]["mode"] == "dry-run" and view["reclaim"]["leading"] is True
+    assert view["reclaim"]["workloadIndex"] == {"kueue": {"workloads": 8, "wholeBuilds": 1}}
     (decision,) = [d for d in view["decisions"] if d["verb"] == "reclaim"]
     assert decision["victims"][0]["pod"] == "borrower/b7" and decision["shares"]["borrower"] > 0
 
