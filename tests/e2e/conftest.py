@@ -21,6 +21,7 @@ import pytest
 from tests.e2e.api import pod_manifest
 from tests.e2e.binaries import Missing, locate_binaries
 from tests.e2e.controlplane import ControlPlane, Extender, extender_config
+from tests.e2e.kueue import install_crds
 from tests.e2e.process import stop_children_on_sigterm, wait_for
 
 GPU = "nvidia.com/gpu"
@@ -200,6 +201,12 @@ def group(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[Group]:
         yield g
     finally:
         g.cleanup()
+
+
+@pytest.fixture(scope="session")
+def kueue_crds(cluster: Cluster) -> None:
+    """Kueue's CRDs as schemaless stand-ins (tests/e2e/kueue.py), for tests that watch Kueue objects."""
+    install_crds(cluster.plane.admin)
 
 
 @pytest.hookimpl(hookwrapper=True)

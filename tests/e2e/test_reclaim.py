@@ -8,7 +8,7 @@ lender asks for 2. Expected victims are derived from the API objects the way Kue
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -16,6 +16,7 @@ import pytest
 from tests.conftest import lending_cluster_queue
 from tests.e2e.conftest import GROUP_LABEL, Group
 from tests.e2e.controlplane import extender_config
+from tests.e2e.kueue import KUEUE
 from tests.e2e.process import wait_for
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -164,3 +165,77 @@ def test_a_disruption_budget_that_forbids_the_eviction_is_respected(cohort: Grou
         "the victim evicted once the budget is gone", lambda: borrowers_left(group) == set(BORROWERS) - {victim} or None
     )
     group.wait_bound("l0", timeout=60)
+
+
+def _workload(pod: dict[str, Any]) -> dict[str, Any]:
+    """The Workload Kueue's plain-pod integration would create for ``pod`` (owned by it)."""
+    meta = pod["metadata"]
+    owner = {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]}
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {"name": f"pod-{meta['name']}", "ownerReferences": [owner]},
+        "spec": {"queueName": "borrower"},
+    }
+
+
+def _quota_reserved(at: datetime) -> dict[str, Any]:
+    stamp = at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    condition = {"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved", "lastTransitionTime": stamp}
+    return {"status": {"conditions": [condition]}}
+
+
+@pytest.fixture
+def watched_cohort(group: Group, kueue_crds: None) -> Iterator[Group]:
+    """The same cohort as Kueue objects the extender watches (``queues.watchKueue``), reclaim in dry-run."""
+    api, name = group.api, group.name
+    flavor = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": name}}
+    api.create(f"{KUEUE}/resourceflavors", {**flavor, "spec": {"nodeLabels": group.selector}})
+    for queue in ("lender", "borrower"):
+        spec = lending_cluster_queue(f"{name}-{queue}", name)
+        spec["spec"]["cohortName"] = name
+        api.create(f"{KUEUE}/clusterqueues", {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", **spec})
+        local = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": {"name": queue}}
+        api.create(f"{KUEUE}/namespaces/{name}/localqueues", {**local, "spec": {"clusterQueue": f"{name}-{queue}"}})
+    cfg = extender_config()
+    cfg["queues"] = {"watchKueue": True, "reclaim": {"mode": "dry-run", "intervalSeconds": 0.5}}
+    group.cluster.restart_extender(cfg)
+    try:
+        yield group
+    finally:
+        group.cluster.restart_extender()
+        for queue in ("lender", "borrower"):
+            api.delete(f"{KUEUE}/clusterqueues/{name}-{queue}", grace=None)
+        api.delete(f"{KUEUE}/resourceflavors/{name}", grace=None)
+
+
+def test_watched_admission_times_order_the_victims_and_a_new_admission_reorders_them(watched_cohort: Group) -> None:
+    """Kueue orders candidates by their Workload's admission time, not by the pod's binding. The
+    borrowers' Workloads say b0 was admitted last (the reverse of their binding order), so b0 is the
+    victim; Kueue then admits b3's Workload anew, and the next round names b3. The reclaimer's index
+    takes that one admission change without building its workloads whole again."""
+    group = watched_cohort
+    fill_with_borrowers(group)
+    pods = {p["metadata"]["name"]: p for p in group.pods()}
+    workloads = f"{KUEUE}/namespaces/{group.name}/workloads"
+    base = datetime.now(UTC) - timedelta(hours=1)
+    for i, name in enumerate(BORROWERS):
+        group.api.create(workloads, _workload(pods[name]))
+        group.api.patch(f"{workloads}/pod-{name}/status", _quota_reserved(base - timedelta(minutes=i)))
+    group.pod("l0", gpus=1, labels={QUEUE_LABEL: "lender"})
+
+    def victim() -> str | None:
+        decisions = [d for d in reclaim_decisions(group) if d["pod"] == f"{group.name}/l0"]
+        return decisions[-1]["victims"][0]["pod"].split("/", 1)[1] if decisions else None
+
+    assert wait_for("the first decision", victim, timeout=30) == "b0"
+
+    def whole_builds() -> int:
+        index = group.cluster.extender.get("/debug/queues").json()["reclaim"]["workloadIndex"]
+        return int(index["kueue"]["wholeBuilds"])
+
+    builds = whole_builds()
+    group.api.patch(f"{workloads}/pod-b3/status", _quota_reserved(base + timedelta(minutes=5)))
+    wait_for("b3 named after its new admission", lambda: victim() == "b3" or None, timeout=30)
+    assert whole_builds() == builds
+    assert set(borrowers_left(group)) == set(BORROWERS)  # dry-run evicts nothing

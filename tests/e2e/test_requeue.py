@@ -15,55 +15,11 @@ from typing import Any
 import pytest
 
 from app.cluster.requeue import CONDITION_TYPE
-from tests.e2e.api import ApiStatus
-from tests.e2e.conftest import GPU, Cluster, Group
+from tests.e2e.conftest import GPU, Group
 from tests.e2e.controlplane import extender_config
-from tests.e2e.process import wait_for
+from tests.e2e.kueue import KUEUE
 
-KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-KINDS = (
-    ("ResourceFlavor", "resourceflavors", "Cluster"),
-    ("Cohort", "cohorts", "Cluster"),
-    ("ClusterQueue", "clusterqueues", "Cluster"),
-    ("LocalQueue", "localqueues", "Namespaced"),
-    ("Workload", "workloads", "Namespaced"),
-)
-
-
-def _crd(kind: str, plural: str, scope: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.kueue.x-k8s.io"},
-        "spec": {
-            "group": "kueue.x-k8s.io",
-            "names": {"kind": kind, "plural": plural, "singular": kind.lower(), "listKind": f"{kind}List"},
-            "scope": scope,
-            "versions": [
-                {
-                    "name": "v1beta2",
-                    "served": True,
-                    "storage": True,
-                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
-                    "subresources": {"status": {}},
-                }
-            ],
-        },
-    }
-
-
-@pytest.fixture(scope="module")
-def kueue_crds(cluster: Cluster) -> None:
-    api = cluster.plane.admin
-    for kind, plural, scope in KINDS:
-        try:
-            api.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", _crd(kind, plural, scope))
-        except ApiStatus as exc:
-            if exc.status != 409:
-                raise
-    for _kind, plural, _scope in KINDS:
-        wait_for(f"{plural} served", lambda plural=plural: api.find(f"{KUEUE}/{plural}") is not None)
 
 
 def _cluster_queue(name: str, flavor: str, gpus: int) -> dict[str, Any]:
