@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 from dataclasses import replace
 
 from hypothesis import given, settings
@@ -209,3 +210,28 @@ def test_snapshots_are_rebuilt_once_per_event_loop_step_and_on_read() -> None:
     assert cache.node_info("g1").requested["nvidia.com/gpu"] == 3  # type: ignore[union-attr]
     cache.delete_pod("p")  # no loop: rebuilt on the read
     assert cache.node_info("g1").requested["nvidia.com/gpu"] == 1  # type: ignore[union-attr]
+
+
+def test_pods_and_nodes_removed_from_the_cache_leave_no_cycles() -> None:
+    """The service freezes the cache once it is listed (app/runtime.py): frozen objects are never
+    collected as cycles, so what the watches remove must be freed by reference counting alone."""
+    cache = ClusterCache()
+    for i in range(20):
+        cache.upsert_node(node_from_obj(node_obj(f"n{i}", gpus=8)))
+        for j in range(5):
+            cache.upsert_pod(pod_from_obj(pod_obj(f"p{i}-{j}", gpus=1, node=f"n{i}", uid=f"p{i}-{j}")))
+    pending = pod_from_obj(pod_obj("pending", gpus=1, uid="pending"))
+    cache.upsert_pod(pending)
+    assert cache.assume(pending, "n0") is None
+    assert cache.table is not None
+    gc.disable()
+    try:
+        gc.collect()
+        for uid in list(cache.pods):
+            cache.delete_pod(uid)
+        for name in list(cache.nodes):
+            cache.delete_node(name)
+        assert cache.table is not None  # rebuilt without them
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
