@@ -167,18 +167,21 @@ class Reclaimer:
         return build_workloads(members, self.wall_clock(), self.config.min_runtime_seconds, self.evicted, gone)
 
     def _member_maker(self, kind: str) -> Callable[[str, Counted | None], Member | None]:
+        """How a counted pod becomes a member of ``kind``'s workloads (its queue and what it counts)."""
         fairness = self.fairness
 
         def kueue(pod: PodInfo) -> tuple[str, Mapping[Any, float]] | None:
             return fairness.usage.counted(pod.uid)
 
-        kai = fairness.kai_ledger()
-
         def kai_queue(pod: PodInfo) -> tuple[str, Mapping[Any, float]] | None:
             queue = kai.queue_of(dict(pod.queue_labels)) or ""
             return (queue, fairness._kai_amounts(pod)) if queue in kai.queues else None
 
-        queue_and_amounts = kueue if kind == "kueue" else kai_queue
+        if kind == "kueue":
+            queue_and_amounts = kueue
+        else:
+            kai = fairness.kai_ledger()  # its queues; read once per build, not per pod
+            queue_and_amounts = kai_queue
         admissions = fairness.workloads
         if admissions is None:
             return lambda uid, entry: member(uid, entry, queue_and_amounts, fairness.admitted_at)
