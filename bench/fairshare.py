@@ -277,7 +277,7 @@ def reclaim_bench(rounds: int) -> None:
     (queued_pod,) = [q for p, q in reclaimer.pending() if p.uid == "want"]
     index = reclaimer.workloads("kueue")
     snap = fairness.usage.snapshot()
-    rooms = reclaimer.rooms(lender, queued_pod, snap, {})
+    rooms = reclaimer.rooms.of(lender, queued_pod, snap, {})
 
     def pure() -> None:
         choice = kueue_reclaim(

@@ -32,14 +32,11 @@ from app.cluster.workloads import kueue_group_name
 from app.pipeline.fairness import Fairness
 from app.pipeline.reclaim_index import Member, WorkloadIndex, build_workloads, member
 from app.pipeline.reclaim_notes import decision_shares, eviction_notes
-from fairshare.admission import Verdict
-from fairshare.assignment import QueuedPod, judge
+from app.pipeline.reclaim_rooms import NodeRooms
+from fairshare.assignment import QueuedPod
 from fairshare.config import ReclaimConfig
-from fairshare.flavor import PodPlacement, node_matches_placement
-from fairshare.quota import TreeUsage
 from fairshare.reclaim import (
     KaiView,
-    NodeRoom,
     ReclaimChoice,
     Workload,
     Workloads,
@@ -53,7 +50,6 @@ __all__ = ["Plan", "Reclaimer"]
 log = logging.getLogger("kube_gpu_extender.reclaim")
 MAX_BENEFICIARIES = 16  # pending pods judged per round: bounds a round's cost on a busy cluster
 WINDOW = 60.0
-MAX_PLACEMENTS_KEPT = 256  # distinct pending-pod placements whose nodes are kept between rounds
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,8 +88,7 @@ class Reclaimer:
         self.unhelped: dict[str, int] = {}  # pending pod UID -> the round no eviction could help it
         self.leading: bool | None = None
         self._indexes: dict[str, WorkloadIndex] = {}  # kind -> running workloads, kept between rounds
-        self._eligible_nodes: dict[Any, list[str]] = {}  # placement -> the nodes it allows (``_eligible``)
-        self._eligible_version = -1  # the cache's nodes_version they were found at
+        self.rooms = NodeRooms(fairness)  # where each pending pod may go, and what is free there
         self.rounds = 0
         self.last_error = ""
         fairness.reclaim_view = self.view
@@ -220,62 +215,6 @@ class Reclaimer:
         )
         return workloads.without(gone)
 
-    def rooms(
-        self, pod: PodInfo, queued: QueuedPod, snap: TreeUsage, moved: Mapping[str, Mapping[str, int]]
-    ) -> list[NodeRoom]:
-        """Nodes the pod may go to (its nodeSelector and required affinity; Kueue: a flavor its queue
-        may use there), with what is free for what it asks (``moved``: what earlier decisions of this
-        round free or take per node); Kueue: in flavor order, then by name."""
-        fairness, cache = self.fairness, self.fairness.cache
-        if cache is None:
-            return []
-        placement = fairness.placement(pod.uid) or PodPlacement()
-        wanted = [r for r, v in pod.resources.requests.items() if v > 0]
-        verdicts: dict[int, Any] = {}
-        rooms: list[tuple[int, str, NodeRoom]] = []
-        for name in self._eligible(placement):
-            node = cache.nodes[name]
-            info = cache.node_info(name)
-            if info is None:
-                continue
-            delta = moved.get(name, {})
-            free = {r: info.allocatable.get(r, 0) - info.requested.get(r, 0) + delta.get(r, 0) for r in wanted}
-            if queued.kind != "kueue":
-                rooms.append((0, name, NodeRoom(name, free)))
-                continue
-            sid = fairness.signatures.by_node.get(name, -1)
-            if sid not in verdicts:
-                labels = fairness.signatures.labels[sid] if sid >= 0 else dict(node.labels)
-                verdicts[sid] = judge(fairness.config, queued, placement, labels, snap)
-            judged = verdicts[sid]
-            if judged.verdict is Verdict.UNRESOLVABLE:
-                continue
-            rooms.append((judged.flavor_index, name, NodeRoom(name, free, judged.request)))
-        rooms.sort(key=lambda item: (item[0], item[1]))
-        return [room for _, _, room in rooms]
-
-    def _eligible(self, placement: PodPlacement) -> list[str]:
-        """The schedulable nodes the placement allows, kept per placement while no node changes."""
-        cache = self.fairness.cache
-        assert cache is not None
-        if self._eligible_version != cache.nodes_version or len(self._eligible_nodes) > MAX_PLACEMENTS_KEPT:
-            self._eligible_nodes.clear()
-            self._eligible_version = cache.nodes_version
-        try:
-            key: Any = (tuple(sorted(placement.node_selector.items())), placement.affinity_terms)
-            found = self._eligible_nodes.get(key)
-        except TypeError:  # something unhashable in the terms: not kept
-            key, found = None, None
-        if found is None:
-            found = [
-                name
-                for name, node in cache.nodes.items()
-                if not node.unschedulable and node_matches_placement(node.labels, placement)
-            ]
-            if key is not None:
-                self._eligible_nodes[key] = found
-        return found
-
     def decide(self) -> list[Plan]:
         """A decision for each pending pod that needs victims (pure policy in fairshare.reclaim). Pods are
         judged in order on a simulated state: each decision's victims leave and its pod takes their
@@ -290,7 +229,7 @@ class Reclaimer:
         indexes: dict[str, Workloads] = {}
         plans = []
         for pod, queued in self.pending():
-            rooms = self.rooms(pod, queued, snap, moved)
+            rooms = self.rooms.of(pod, queued, snap, moved)
             if queued.kind not in indexes:
                 indexes[queued.kind] = self._index(queued.kind, gone)
             workloads = indexes[queued.kind]
