@@ -9,6 +9,7 @@ from app import gctuning
 from app.cluster.snapshot import SOURCES
 from app.operator.metrics import Metrics
 from app.runtime import Runtime
+from tests.app.apiharness import eventually
 from tests.conftest import make_service, node_obj
 
 
@@ -29,25 +30,47 @@ def test_tuned_puts_everything_back() -> None:
     assert gc.get_threshold() == before and gc.get_freeze_count() == 0
 
 
-def test_a_cluster_runtime_freezes_what_its_first_lists_built_once_it_is_ready() -> None:
+def test_a_cluster_runtime_freezes_what_its_lists_built_once_ready_and_after_each_relist() -> None:
     """In cluster mode the cache is filled by the watches after start: it is frozen once the service
-    is ready, not before (a full collection would otherwise walk it)."""
+    is ready (not before: a full collection would otherwise walk it), and again after a relist."""
     service = make_service([node_obj("n1")], synced=False)
     runtime = Runtime(service.config, service.cache, service, Metrics())
-    before, frozen = gc.get_threshold(), gc.get_freeze_count()
+    before = gc.get_threshold()
+    polls = [0]
+    ready = service.not_ready_reason
+
+    def counted_poll() -> str:  # the task asks readiness on every poll
+        polls[0] += 1
+        return ready()
+
+    service.not_ready_reason = counted_poll  # type: ignore[method-assign]
+
+    async def polled() -> None:
+        """Until the task has looked at least twice since now (for what it must *not* do)."""
+        seen = polls[0]
+        await eventually(lambda: polls[0] >= seen + 2, "two more polls")
 
     async def main() -> None:
-        task = asyncio.create_task(runtime._freeze_once_ready(poll=0.01))
-        for _ in range(3):
-            await asyncio.sleep(0.01)
-        assert not task.done() and gc.get_freeze_count() == frozen  # not ready: waits
-        for source in SOURCES:
-            service.cache.source(source).synced = True
-        await asyncio.wait_for(task, timeout=10)
+        frozen = gc.get_freeze_count()
+        task = asyncio.create_task(runtime._freeze_when_listed(poll=0.01))
+        try:
+            await polled()
+            assert gc.get_freeze_count() == frozen  # not ready: waits
+            for source in SOURCES:
+                state = service.cache.source(source)
+                state.synced, state.relists = True, 1
+            await eventually(lambda: gc.get_freeze_count() > frozen, "frozen once listed")
+            gc.unfreeze()
+            await polled()
+            assert gc.get_freeze_count() == 0  # nothing listed anew: not frozen again
+            service.cache.source("pods").relists += 1
+            await eventually(lambda: gc.get_freeze_count() > 0, "frozen again after a relist")
+        finally:
+            task.cancel()
 
     try:
         asyncio.run(main())
-        assert gc.get_freeze_count() > frozen and gc.get_threshold() == gctuning.THRESHOLD
+        assert gc.get_threshold() == gctuning.THRESHOLD
     finally:
         gc.set_threshold(*before)
         gc.unfreeze()
