@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
+import time
 from dataclasses import dataclass, field
 
 from app import gctuning
@@ -71,19 +73,22 @@ class Runtime:
         if self.reflectors:  # cluster mode: the cache is built by the first lists, after this
             self._tasks.append(asyncio.create_task(self._freeze_when_listed(), name="gc-freeze"))
 
-    async def _freeze_when_listed(self, poll: float = 0.5) -> None:
+    async def _freeze_when_listed(self, poll: float = 0.5, min_interval: float = 60.0) -> None:
         """Freeze again once the watches have listed, and after every relist: the cache the lists
         built lives for good too. Left unfrozen, every full collection walks it (~0.1 s at 5,000
         nodes and 50,000 pods, ~0.3 s at 15,000 and 150,000), a pause for every verb in flight.
         Frozen objects are never collected as cycles; the cache's pods and nodes form none, so those
-        a watch later replaces are freed by reference counting all the same."""
+        a watch later replaces are freed by reference counting all the same. At most once per
+        ``min_interval`` (each freeze is one full collection): a source that keeps relisting costs
+        little."""
         frozen_after: int | None = None  # the lists made when it last froze
+        frozen_at = -math.inf
         while True:
             ready = not self.service.not_ready_reason()
             lists = sum(state.relists for state in self.cache.sources.values())
-            if ready and lists != frozen_after:
+            if ready and lists != frozen_after and time.monotonic() - frozen_at >= min_interval:
                 gctuning.freeze_and_tune()
-                frozen_after = lists
+                frozen_after, frozen_at = lists, time.monotonic()
             await asyncio.sleep(poll)
 
     async def stop(self) -> None:

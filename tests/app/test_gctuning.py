@@ -52,7 +52,7 @@ def test_a_cluster_runtime_freezes_what_its_lists_built_once_ready_and_after_eac
 
     async def main() -> None:
         frozen = gc.get_freeze_count()
-        task = asyncio.create_task(runtime._freeze_when_listed(poll=0.01))
+        task = asyncio.create_task(runtime._freeze_when_listed(poll=0.01, min_interval=0.0))
         try:
             await polled()
             assert gc.get_freeze_count() == frozen  # not ready: waits
@@ -71,6 +71,32 @@ def test_a_cluster_runtime_freezes_what_its_lists_built_once_ready_and_after_eac
     try:
         asyncio.run(main())
         assert gc.get_threshold() == gctuning.THRESHOLD
+    finally:
+        gc.set_threshold(*before)
+        gc.unfreeze()
+
+
+def test_a_source_that_keeps_relisting_is_not_frozen_for_each_list() -> None:
+    """Each freeze is a full collection: at most one per ``min_interval``, whatever relists."""
+    service = make_service([node_obj("n1")])
+    runtime = Runtime(service.config, service.cache, service, Metrics())
+    before = gc.get_threshold()
+
+    async def main() -> None:
+        frozen = gc.get_freeze_count()
+        task = asyncio.create_task(runtime._freeze_when_listed(poll=0.01, min_interval=3600.0))
+        try:
+            await eventually(lambda: gc.get_freeze_count() > frozen, "frozen once listed")
+            gc.unfreeze()
+            for _ in range(3):
+                service.cache.source("pods").relists += 1
+                await asyncio.sleep(0.02)
+            assert gc.get_freeze_count() == 0
+        finally:
+            task.cancel()
+
+    try:
+        asyncio.run(main())
     finally:
         gc.set_threshold(*before)
         gc.unfreeze()
