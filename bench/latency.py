@@ -133,10 +133,9 @@ def memory_mib(pid: int) -> tuple[float, float]:
 
 # --------------------------------------------------------------------------- server
 def _command(snapshot: Path, port: int, config: Path | None) -> list[str]:
-    exe = Path(sys.executable).parent / "kube-gpu-extender"
-    head = [str(exe)] if exe.exists() else [sys.executable, "-m", "app.cli"]
-    tail = ["--config", str(config)] if config is not None else []
-    return [*head, "serve", "--snapshot", str(snapshot), "--host", "127.0.0.1", "--port", str(port), *tail]
+    # This tree's app (PYTHONPATH is REPO), not the console script's: a worktree's bench measures it.
+    serve = ["serve", "--snapshot", str(snapshot), "--host", "127.0.0.1", "--port", str(port)]
+    return [sys.executable, "-m", "app.cli", *serve, *(["--config", str(config)] if config is not None else [])]
 
 
 @contextlib.contextmanager
@@ -147,7 +146,10 @@ def server(
     port = free_port()
     started = time.monotonic()
     with open(log, "wb") as out:
-        proc = subprocess.Popen(_command(snapshot, port, config), cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        proc = subprocess.Popen(
+            _command(snapshot, port, config), cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT
+        )
     try:
         deadline = started + ready_timeout
         while True:

@@ -173,10 +173,11 @@ def main() -> None:
         )
 
         port = free_port()
-        serve = [str(exe / "kube-gpu-extender"), "serve", "--kubeconfig", str(work / "kubeconfig")]
+        serve = [sys.executable, "-m", "app.cli", "serve", "--kubeconfig", str(work / "kubeconfig")]  # this tree
         serve += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
         with open(work / "extender.log", "wb") as log:
-            extender = subprocess.Popen(serve, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+            env = {**os.environ, "PYTHONPATH": str(REPO)}
+            extender = subprocess.Popen(serve, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
         host = f"http://127.0.0.1:{port}"
         churn = Churn(fake, names, args.churn, args.keep_bound, args.seed)
         try:
