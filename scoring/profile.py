@@ -13,7 +13,7 @@ from typing import Any, cast
 import numpy as np
 import numpy.typing as npt
 
-from scoring import best_fit, clustering, dot_product, fitplus, fragmentation, gpu_packing, scarce
+from scoring import best_fit, clustering, cpu_balance, dot_product, fitplus, fragmentation, gpu_packing, scarce
 from scoring.framework import (
     SUCCESS,
     ArgsError,
@@ -43,6 +43,7 @@ SCORE_PLUGINS: Mapping[str, Callable[[Any, str], ScorePlugin]] = {
     best_fit.NAME: lambda raw, path: best_fit.BestFit(best_fit.BestFitArgs.parse(raw, path)),
     dot_product.NAME: lambda raw, path: dot_product.DotProduct(dot_product.DotProductArgs.parse(raw, path)),
     clustering.NAME: lambda raw, path: clustering.GpuClustering(clustering.GpuClusteringArgs.parse(raw, path)),
+    cpu_balance.NAME: lambda raw, path: cpu_balance.GpuCpuBalance(cpu_balance.GpuCpuBalanceArgs.parse(raw, path)),
 }
 
 

@@ -82,7 +82,8 @@ def add_simulate_parser(commands: Any) -> None:
     simulate.add_argument(
         "--print-workload",
         action="store_true",
-        help="print the pods' task types as GpuFragmentation's workload arg (YAML) and exit; no nodes needed",
+        help="print the pods' task types as GpuFragmentation's workload arg (YAML) and GpuCpuBalance's "
+        "cpuPerGpu, and exit; no nodes needed",
     )
 
 
@@ -156,8 +157,9 @@ def _sampling_note(scheduler: Any, nodes: int) -> str:
 
 
 def _print_workload(path: str) -> int:
-    """The trace's task types, as ``workload:`` of GpuFragmentation's args (simulator.policies.workload)."""
-    from simulator.policies import workload
+    """The trace's task types, as ``workload:`` of GpuFragmentation's args (simulator.policies.workload),
+    and GpuCpuBalance's ``cpuPerGpu`` (a comment, so the output stays GpuFragmentation's args)."""
+    from simulator.policies import cpu_per_gpu, workload
     from simulator.trace import TraceError, load_pods
 
     try:
@@ -168,6 +170,7 @@ def _print_workload(path: str) -> int:
     print("workload:")
     for task in workload(pods):
         print("- {" + ", ".join(f"{key}: {value}" for key, value in task.items()) + "}")
+    print(f"# GpuCpuBalance: cpuPerGpu: {cpu_per_gpu(pods)}  (milli-CPU the GPU pods ask per whole GPU)")
     return 0
 
 

@@ -8,8 +8,10 @@ so every baseline runs through the same filter → prioritize → bind code as t
 * the FGD paper's baselines (Weng et al., USENIX ATC'23), from its artifact's definitions:
   ``dot-product`` (DotProduct), ``gpu-packing`` (GpuPacking), ``best-fit`` (BestFit),
   ``clustering`` (GpuClustering) and ``fgd`` (GpuFragmentation with the paper's sigmoid);
-* ``fgd-best-fit``: ours (README, Simulate): GpuFragmentation at an even resolution (15 expected
+* ``fgd-best-fit``: ours of the previous round: GpuFragmentation at an even resolution (15 expected
   milli-GPUs per point, weight 19) with BestFit (weight 1) breaking its near-ties;
+* ``fgd-cpu-balance``: ours (README, Simulate): ``fgd-best-fit`` plus GpuCpuBalance (weight 10,
+  10 milli-GPUs per point) with the trace's cpu per GPU, so no GPU is left without cpu;
 * ``shipped``: the plugins, ``priorityScale``, ``tieBreak`` and ``filterReturns`` of
   ``deploy/extender-config.yaml`` as they are (ours with the openb default trace's workload,
   ScarceResourceAvoidance for pods that ask for no GPU, the best nodes' ties broken towards the most
@@ -18,7 +20,8 @@ so every baseline runs through the same filter → prioritize → bind code as t
 
 The fragmentation plugins need the *target workload*: the trace's task types (cpu, per-GPU milli,
 GPU count), most frequent first until they cover 95 % of the pods, each with its pod count as
-popularity (``workload``).
+popularity (``workload``); GpuCpuBalance the milli-CPU the trace's GPU pods ask per whole GPU
+(``cpu_per_gpu``).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ __all__ = [
     "FIT_RESOURCES",
     "POLICIES",
     "SHIPPED_SETTINGS",
+    "cpu_per_gpu",
     "policy_config",
     "policy_plugins",
     "shipped_config",
@@ -66,6 +70,17 @@ def workload(pods: Iterable[SimPod], popularity: float = POPULARITY) -> list[dic
     return chosen
 
 
+def cpu_per_gpu(pods: Iterable[SimPod]) -> int:
+    """GpuCpuBalance's ``cpuPerGpu``: the milli-CPU the GPU pods ask per whole GPU they take (1 when
+    none asks for cpu, the least the arg allows)."""
+    cpu = milli = 0
+    for pod in pods:
+        if pod.gpus:
+            cpu += pod.cpu_milli
+            milli += pod.gpus * pod_milli(pod)
+    return max(1, round(cpu * 1000 / milli)) if milli else 1
+
+
 def _fit_plus(strategy: str, resources: Sequence[str]) -> Plugins:
     args = {"resources": {r: {"type": strategy, "weight": 1} for r in resources}}
     return [{"name": "NodeResourcesFitPlus", "args": args}]
@@ -78,6 +93,11 @@ def _fgd(pods: Sequence[SimPod]) -> Plugins:
 def _fgd_best_fit(pods: Sequence[SimPod]) -> Plugins:
     args = {"workload": workload(pods), "mapping": "Linear", "milliPerPoint": 15}
     return [{"name": "GpuFragmentation", "weight": 19, "args": args}, {"name": "BestFit", "weight": 1}]
+
+
+def _fgd_cpu_balance(pods: Sequence[SimPod]) -> Plugins:
+    balance = {"name": "GpuCpuBalance", "weight": 10, "args": {"cpuPerGpu": cpu_per_gpu(pods), "milliPerPoint": 10}}
+    return [*_fgd_best_fit(pods), balance]
 
 
 SHIPPED_CONFIG = Path(__file__).resolve().parents[1] / "deploy" / "extender-config.yaml"
@@ -115,6 +135,7 @@ _PLUGINS: Mapping[str, Callable[[Sequence[SimPod]], Plugins]] = {
     "clustering": lambda _: [{"name": "GpuClustering"}],
     "fgd": _fgd,
     "fgd-best-fit": _fgd_best_fit,
+    "fgd-cpu-balance": _fgd_cpu_balance,
     "shipped": _shipped,
 }
 POLICIES = ("fitplus-sra", *_PLUGINS)

@@ -7,8 +7,9 @@ schedules them; a tie the in-tree MostAllocated leaves is broken at random in bo
 what they hold (GPUs and pods), not by name.
 
 The shipped GpuFragmentation lists the openb trace's typical pods, whose 8-GPU type asks for more
-cpu than these nodes have; as deploy/extender-config.yaml tells operators to, both sides run it with
-this cluster's own workload (``simulate --print-workload`` of the trace), restarting the extender.
+cpu than these nodes have, and GpuCpuBalance that trace's cpu per GPU; as
+deploy/extender-config.yaml tells operators to, both sides run them with this cluster's own
+workload and cpu per GPU (``simulate --print-workload`` of the trace), restarting the extender.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 import pytest
 
 from app.config import parse_config
-from simulator.policies import workload
+from simulator.policies import cpu_per_gpu, workload
 from simulator.schedconfig import load_scheduler_config
 from simulator.simulate import simulate
 from simulator.trace import SimPod, load_nodes_csv, load_pods_csv
@@ -44,10 +45,13 @@ def _trace_pods() -> list[SimPod]:
 
 
 def _config() -> dict[str, Any]:
-    """The shipped extender config with this trace's workload in GpuFragmentation."""
+    """The shipped extender config with this trace's workload in GpuFragmentation and its cpu per GPU
+    in GpuCpuBalance."""
     config = extender_config()
     (fragmentation,) = [p for p in config["plugins"] if p["name"] == "GpuFragmentation"]
     fragmentation["args"]["workload"] = workload(_trace_pods())
+    (balance,) = [p for p in config["plugins"] if p["name"] == "GpuCpuBalance"]
+    balance["args"]["cpuPerGpu"] = cpu_per_gpu(_trace_pods())
     return config
 
 

@@ -182,7 +182,10 @@ def gpu_pods(draw: st.DrawFn) -> PodInfo:
 
 @st.composite
 def plugins(draw: st.DrawFn) -> ScorePlugin:
-    name = draw(st.sampled_from(["GpuFragmentation", "GpuPacking", "BestFit", "DotProduct"]))
+    name = draw(st.sampled_from(["GpuFragmentation", "GpuPacking", "BestFit", "DotProduct", "GpuCpuBalance"]))
+    if name == "GpuCpuBalance":
+        raw = {"cpuPerGpu": draw(st.integers(1, 40000)), "milliPerPoint": draw(st.integers(1, 50))}
+        return build_score_plugin(name, raw, "p")
     if name != "GpuFragmentation":
         return build_score_plugin(name, {}, "p")
     workload = draw(

@@ -102,6 +102,7 @@ def test_registry() -> None:
         "BestFit",
         "DotProduct",
         "GpuClustering",
+        "GpuCpuBalance",
     }
 
 

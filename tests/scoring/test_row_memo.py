@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scoring.best_fit import BestFit, BestFitArgs
+from scoring.cpu_balance import GpuCpuBalance, GpuCpuBalanceArgs
 from scoring.fragmentation import GpuFragmentation
 from scoring.framework import NodeInfo, PodInfo
 from scoring.managed_fit import ManagedResourcesFit
@@ -94,12 +95,13 @@ def test_a_row_reused_by_another_node_and_a_grown_table() -> None:
 @given(gpu_pods(), st.lists(st.tuples(st.integers(0, 5), gpu_nodes()), min_size=1, max_size=25))
 def test_memoised_plugins_follow_every_update(pod: PodInfo, updates: list[tuple[int, NodeInfo]]) -> None:
     """One plugin (one memo) scores after each node update; every answer equals the definition."""
-    for plugin in (fgd(), BestFit(BestFitArgs.parse(None))):
+    balance = GpuCpuBalance(GpuCpuBalanceArgs.parse({"cpuPerGpu": 10000}))
+    for plugin in (fgd(), BestFit(BestFitArgs.parse(None)), balance):
         _follows_every_update(plugin, pod, updates)
 
 
 def _follows_every_update(
-    plugin: GpuFragmentation | BestFit, pod: PodInfo, updates: list[tuple[int, NodeInfo]]
+    plugin: GpuFragmentation | BestFit | GpuCpuBalance, pod: PodInfo, updates: list[tuple[int, NodeInfo]]
 ) -> None:
     table: NodeTable = NodeTable(capacity=2)
     nodes: dict[str, NodeInfo] = {}
@@ -140,12 +142,14 @@ def test_memoised_profile_follows_every_update(
 ) -> None:
     """The profile's own memo of the combined score (its plugins are all ``RowScorer``s): after each
     node update, for pods of several shapes in turn, every answer equals the scalar definition.
-    ScarceResourceAvoidance takes part for the pods that ask for no GPU (as deploy/'s profile)."""
+    ScarceResourceAvoidance takes part for the pods that ask for no GPU (as deploy/'s profile), as
+    does GpuCpuBalance for every pod."""
     profile = Profile(
         [],
         [
             ScorePluginSpec(fgd("Linear"), fgd_weight),
             ScorePluginSpec(BestFit(BestFitArgs.parse(None)), 1),
+            ScorePluginSpec(GpuCpuBalance(GpuCpuBalanceArgs.parse({"cpuPerGpu": 10000, "milliPerPoint": 10})), 19),
             ScorePluginSpec(ScarceResourceAvoidance(ScarceResourceAvoidanceArgs.parse({"resources": [GPU]})), 20),
         ],
     )

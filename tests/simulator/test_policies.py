@@ -11,7 +11,7 @@ import yaml
 from app.cli import main
 from app.config import load_config
 from scoring.fragmentation import GpuFragmentationArgs
-from simulator.policies import POLICIES, policy_config, workload
+from simulator.policies import POLICIES, cpu_per_gpu, policy_config, workload
 from simulator.trace import SimPod
 
 
@@ -50,11 +50,28 @@ def test_print_workload_writes_args_gpu_fragmentation_accepts(
         "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,4000,1024,1,500\np1,4000,1024,1,500\np2,8000,1024,2,1000\n"
     )
     assert main(["simulate", "--pods", str(trace), "--print-workload"]) == 0
-    args = GpuFragmentationArgs.parse(yaml.safe_load(capsys.readouterr().out))
+    out = capsys.readouterr().out
+    args = GpuFragmentationArgs.parse(yaml.safe_load(out))
     assert [(t.cpu, t.gpu_milli, t.gpus, t.popularity) for t in args.workload] == [
         (4000, 500, 1, 2),
         (8000, 1000, 2, 1),
     ]
+    # 16,000 milli-CPU for 3,000 milli-GPUs
+    assert out.splitlines()[-1].startswith("# GpuCpuBalance: cpuPerGpu: 5333 ")
+
+
+def test_cpu_per_gpu_is_the_gpu_pods_cpu_per_whole_gpu() -> None:
+    pods = [sim_pod("a", 4000, 1, 500), sim_pod("b", 8000, 2, 1000), sim_pod("c", 64000, 0, 0)]
+    assert cpu_per_gpu(pods) == 4800  # 12,000 milli-CPU over 2.5 GPUs; CPU-only pods do not count
+    assert cpu_per_gpu([sim_pod("c", 64000, 0, 0)]) == 1
+    assert cpu_per_gpu([sim_pod("a", 0, 1, 500)]) == 1
+    config = policy_config(load_config(None), "fgd-cpu-balance", pods)
+    assert [(p.name, p.weight) for p in config.plugins] == [
+        ("GpuFragmentation", 19),
+        ("BestFit", 1),
+        ("GpuCpuBalance", 10),
+    ]
+    assert config.plugins[2].args == {"cpuPerGpu": 4800, "milliPerPoint": 10}
 
 
 def test_simulate_without_nodes_is_an_error_that_says_so(capsys: pytest.CaptureFixture[str]) -> None:

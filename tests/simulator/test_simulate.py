@@ -163,7 +163,12 @@ def test_policies_are_configs_through_the_same_validation() -> None:
     assert least == {"cpu": {"type": "LeastAllocated", "weight": 1}, "memory": {"type": "LeastAllocated", "weight": 1}}
     assert policy_config(base, "most-allocated").managed_resource_names == ["cpu", "memory", GPU]
     shipped = policy_config(base, "shipped")  # deploy/'s plugins and its settings that change placement
-    assert [p.name for p in shipped.plugins] == ["GpuFragmentation", "BestFit", "ScarceResourceAvoidance"]
+    assert [p.name for p in shipped.plugins] == [
+        "GpuFragmentation",
+        "BestFit",
+        "GpuCpuBalance",
+        "ScarceResourceAvoidance",
+    ]
     assert (shipped.priorityScale, shipped.tieBreak) == ("Candidates", {"mostAllocated": [GPU]})
     assert shipped.filterReturns == "BestScored"
     assert base.tieBreak is None and policy_config(base, "random").tieBreak is None

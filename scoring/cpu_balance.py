@@ -1,0 +1,146 @@
+"""GpuCpuBalance: keep each node's free cpu in step with its free GPUs, so that no GPU is left
+without the cpu its pods need.
+
+A GPU pod asks for cpu too, and the workload's cpu per GPU (``cpuPerGpu``, milli-CPU per whole
+device: on the openb default trace 10,882) says how much. A node built with less cpu per device
+than that is meant for pods that ask less, so a node's *cpu per device* is the smaller of
+``cpuPerGpu`` and its allocatable cpu over its devices. Its free cpu *feeds*
+``cpuLeft · 1000 // cpu per device`` milli-devices; the free milli-devices beyond that are
+*stranded*: the pods that would use them find no cpu there.
+
+    stranded = max(0, idle - max(cpuLeft, 0) · 1000 // min(cpuPerGpu, allocatable cpu // devices))
+    score    = clamp(50 + (stranded before - stranded after) // milliPerPoint, 0, 100)
+
+``idle`` is the node's free milli-devices of ``resource`` (``scoring.devices``), ``cpuLeft``
+allocatable minus requested cpu (plain requests), both before and after the pod; a node the pod
+does not fit (first fit, or cpu) scores 0. 50 is "no change", as GpuFragmentation's Linear
+mapping on the same scale of ``milliPerPoint`` milli-devices per point. Stranding grows when a pod
+takes much cpu for its devices (a share with many cores, a CPU-only pod) where cpu per free
+device is already short, and shrinks when a pod takes devices with little cpu where it is: pods
+go to nodes whose cpu matches theirs. An empty node strands nothing, and nodes of one kind
+stranding nothing score alike, so the plugin never spreads pods over equal nodes by itself.
+GpuFragmentation asks whether each typical pod fits *now*; this counts the cpu the free devices
+will need over time (README "Simulate").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from scoring.devices import PodDevices, fit, fit_demand_batch, parse_resource, pod_devices
+from scoring.framework import (
+    MAX_NODE_DEVICES,
+    MAX_NODE_SCORE,
+    MILLI_DEVICES,
+    MIN_NODE_SCORE,
+    ArgsError,
+    NodeInfo,
+    PodInfo,
+    reject_unknown_fields,
+)
+from scoring.resources import CPU
+from scoring.row_memo import RowMemo
+from scoring.table import Batch, Int64Array
+
+__all__ = ["NAME", "GpuCpuBalance", "GpuCpuBalanceArgs", "node_cpu_per_gpu", "stranded"]
+
+NAME = "GpuCpuBalance"
+DEFAULT_MILLI_PER_POINT = 10
+MAX_CPU_PER_GPU = 10**9  # a million cores per device: far past any node, and int64-safe below
+
+
+def _positive(raw: Mapping[str, Any], name: str, path: str, default: int | None, high: int) -> int:
+    value = raw.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= high:
+        unit = " (milli-CPU per whole device)" if name == "cpuPerGpu" else ""
+        raise ArgsError(f"{path}.{name}: must be an integer > 0 and <= {high}{unit}, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class GpuCpuBalanceArgs:
+    resource: str
+    cpu_per_gpu: int  # milli-CPU the workload's pods ask per whole device
+    milli_per_point: int = DEFAULT_MILLI_PER_POINT
+
+    @classmethod
+    def parse(cls, raw: Any, path: str = "args") -> GpuCpuBalanceArgs:
+        if not isinstance(raw, Mapping) or "cpuPerGpu" not in raw:
+            raise ArgsError(
+                f"{path}.cpuPerGpu: required: the milli-CPU your GPU pods ask per whole device "
+                "(kube-gpu-extender simulate --pods <pod list> --print-workload)"
+            )
+        reject_unknown_fields(raw, path, ("resource", "cpuPerGpu", "milliPerPoint"))
+        return cls(
+            parse_resource(raw.get("resource"), path),
+            _positive(raw, "cpuPerGpu", path, None, MAX_CPU_PER_GPU),
+            _positive(raw, "milliPerPoint", path, DEFAULT_MILLI_PER_POINT, MAX_NODE_DEVICES * MILLI_DEVICES),
+        )
+
+
+def node_cpu_per_gpu(cpu_per_gpu: int, allocatable_cpu: int, devices: int) -> int:
+    """The cpu a node's device needs: ``cpu_per_gpu``, or less on a node built with less (at least 1)."""
+    if devices <= 0:
+        return cpu_per_gpu
+    return max(1, min(cpu_per_gpu, allocatable_cpu // devices))
+
+
+def stranded(idle: int, cpu_left: int, per_gpu: int) -> int:
+    """Free milli-devices beyond what the free cpu feeds at ``per_gpu`` (the definition). Cpu beyond
+    what a node's most devices need feeds nothing more (keeps the batch twin in int64)."""
+    cpu = min(max(cpu_left, 0), per_gpu * MAX_NODE_DEVICES)
+    return max(0, idle - cpu * MILLI_DEVICES // per_gpu)
+
+
+class GpuCpuBalance:
+    name = NAME
+
+    def __init__(self, args: GpuCpuBalanceArgs) -> None:
+        self.args = args
+        self._memo = RowMemo()  # a node's score depends on its row and the pod's demand alone
+
+    def score(self, pod: PodInfo, node: NodeInfo) -> int:
+        placed = fit(pod, node, self.args.resource)
+        if placed is None:
+            return MIN_NODE_SCORE
+        demand = placed.demand
+        devices = len(node.devices_free(self.args.resource))
+        per_gpu = node_cpu_per_gpu(self.args.cpu_per_gpu, node.allocatable.get(CPU, 0), devices)
+        before = stranded(placed.idle, placed.cpu_left, per_gpu)
+        after = stranded(placed.idle - demand.total, placed.cpu_left - demand.cpu, per_gpu)
+        return max(
+            MIN_NODE_SCORE, min(MAX_NODE_SCORE, MAX_NODE_SCORE // 2 + (before - after) // self.args.milli_per_point)
+        )
+
+    def score_batch(self, pod: PodInfo, batch: Batch) -> Int64Array | None:
+        demand = self.row_key(pod)
+        return self._memo.get(demand, batch, lambda rows: self.score_rows(demand, rows))
+
+    def row_key(self, pod: PodInfo) -> PodDevices:
+        """A node's score depends on its row and the pod's demand alone (``RowScorer``)."""
+        return pod_devices(pod, self.args.resource)
+
+    def score_rows(self, demand: PodDevices, batch: Batch) -> Int64Array:
+        placed = fit_demand_batch(demand, batch, self.args.resource)  # shared with the other device plugins
+        devices = (placed.free >= 0).sum(axis=1)
+        node_share = batch.allocatable(CPU) // np.maximum(devices, 1)
+        per_gpu = np.where(
+            devices > 0, np.maximum(np.minimum(node_share, self.args.cpu_per_gpu), 1), self.args.cpu_per_gpu
+        )
+
+        def stranded_rows(idle: Int64Array, cpu_left: Int64Array) -> Int64Array:
+            cpu = np.minimum(np.maximum(cpu_left, 0), per_gpu * MAX_NODE_DEVICES)
+            fed: Int64Array = cpu * MILLI_DEVICES // per_gpu
+            result: Int64Array = np.maximum(idle - fed, 0)
+            return result
+
+        before = stranded_rows(placed.idle, placed.cpu_left)
+        after = stranded_rows(placed.idle - demand.total, placed.cpu_left - demand.cpu)
+        scores = np.clip(
+            MAX_NODE_SCORE // 2 + (before - after) // self.args.milli_per_point, MIN_NODE_SCORE, MAX_NODE_SCORE
+        )
+        return np.where(placed.fits, scores, MIN_NODE_SCORE).astype(np.int64)
