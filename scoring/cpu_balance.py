@@ -127,13 +127,13 @@ class GpuCpuBalance:
     def score_rows(self, demand: PodDevices, batch: Batch) -> Int64Array:
         placed = fit_demand_batch(demand, batch, self.args.resource)  # shared with the other device plugins
         # per node: the cpu its device needs (a node without devices strands nothing at any value)
-        devices = np.count_nonzero(placed.free >= 0, axis=1)
+        devices = (placed.free >= 0).sum(axis=1)
         per_gpu = batch.allocatable(CPU) // np.maximum(devices, 1)
         per_gpu = np.maximum(np.minimum(per_gpu, self.args.cpu_per_gpu), 1)
         # before and after the pod in one pass (a request computes few rows: numpy's per-call cost dominates)
-        cpu = np.stack((placed.cpu_left, placed.cpu_left - demand.cpu))
+        cpu = np.array((placed.cpu_left, placed.cpu_left - demand.cpu))
         cpu = np.minimum(np.maximum(cpu, 0), per_gpu * MAX_NODE_DEVICES)
-        stranded_both = np.stack((placed.idle, placed.idle - demand.total)) - cpu * MILLI_DEVICES // per_gpu
+        stranded_both = np.array((placed.idle, placed.idle - demand.total)) - cpu * MILLI_DEVICES // per_gpu
         np.maximum(stranded_both, 0, out=stranded_both)
         change = (stranded_both[0] - stranded_both[1]) // self.args.milli_per_point
         scores = np.minimum(np.maximum(change + MAX_NODE_SCORE // 2, MIN_NODE_SCORE), MAX_NODE_SCORE)

@@ -369,6 +369,16 @@ class NodeResourcesFit:
             return most_requested_score(requested, capacity)
         return broken_linear(self.shape, _utilization(requested, capacity))
 
+    def applies(self, pod: PodInfo) -> bool:
+        """False when every node scores 0 for ``pod``: each configured resource is one scoring skips
+        for it (an extended resource it does not request, or a name scoring ignores). kube-scheduler
+        still runs the plugin; its 0 everywhere adds nothing to any total, so it can be left out."""
+        for spec in self.args.resources:
+            kind = _kind(spec.name)
+            if kind is not None and (kind != "scalar" or pod.resources.amount(spec.name) != 0):
+                return True
+        return False
+
     def score(self, pod: PodInfo, node: NodeInfo) -> int:
         ratio = self.args.type is ScoringStrategyType.REQUESTED_TO_CAPACITY_RATIO
         total = weight_sum = 0

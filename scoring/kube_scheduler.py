@@ -58,6 +58,10 @@ class KubeSchedulerScore:
     def extender_points(self, priority: int) -> int:
         return priority * self.extender_weight * EXTENDER_SCORE_SCALE
 
+    def applies(self, pod: PodInfo) -> bool:
+        """Whether any modelled plugin scores ``pod`` (else every plugin total is 0)."""
+        return any(_applies(entry.plugin, pod) for entry in self.plugins)
+
     def plugin_total(self, pod: PodInfo, node: NodeInfo) -> int:
         """``Σ score · weight`` of the modelled plugins that apply to ``pod``, for one node."""
         return sum(
@@ -106,5 +110,5 @@ def select_host_batch(names: Sequence[str], totals: Int64Array, choose: Callable
     """``select_host`` over an array of totals (the same ties, in the same order, for ``choose``)."""
     if not names:
         raise ValueError("no nodes to choose from")
-    ties = np.flatnonzero(totals == totals.max()).tolist()
+    ties = (totals == totals.max()).nonzero()[0].tolist()
     return names[ties[0]] if len(ties) == 1 else choose([names[i] for i in ties])

@@ -54,7 +54,7 @@ class RowMemo:
         result = values[rows]
         if not miss.any():
             return result
-        positions = np.flatnonzero(miss)
+        positions = miss.nonzero()[0]
         computed = compute(_positions(batch, positions))
         result[positions] = computed
         keep = stamps[positions] != _NONE
@@ -79,7 +79,7 @@ def _positions(batch: Batch, positions: Int64Array) -> Batch:
     names = list(map(batch.names.__getitem__, positions.tolist()))
     discount_at = -1
     if batch.discount_position >= 0:
-        found = np.flatnonzero(positions == batch.discount_position)
+        found = (positions == batch.discount_position).nonzero()[0]
         discount_at = int(found[0]) if found.size else -1
     discount = batch.discount if discount_at >= 0 else None
     return Batch(names, batch.rows[positions], batch.known[positions], batch.table, discount_at, discount)

@@ -384,7 +384,7 @@ class NodeTable:
     ) -> Batch:
         position = -1
         if discount is not None and discount[0] in self.index:
-            matches = np.flatnonzero(known & (rows == self.index[discount[0]]))
+            matches = (known & (rows == self.index[discount[0]])).nonzero()[0]
             position = int(matches[0]) if matches.size else -1
         if position < 0:
             return Batch(names, rows, known, self)
@@ -424,7 +424,7 @@ class NodeTable:
                 continue
             if seen is names:  # the very list seen before (the wire keeps decoded name lists)
                 return rows.copy()
-            at = np.flatnonzero(rows == first)
+            at = (rows == first).nonzero()[0]
             if not at.size:
                 continue
             shift = int(at[0])

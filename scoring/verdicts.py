@@ -53,7 +53,7 @@ class BatchVerdicts:
 
     def failed(self, names: Sequence[str], code: Code) -> dict[str, str]:
         """``{node name: reason}`` of the nodes with ``code``, built at C speed."""
-        positions = np.flatnonzero(self.codes == CODES.index(code))
+        positions = (self.codes == CODES.index(code)).nonzero()[0]
         reasons = [status.reason for status in self.reasons]
         return dict(
             zip(
@@ -65,7 +65,7 @@ class BatchVerdicts:
 
     def failed_at(self, code: Code) -> tuple[npt.NDArray[np.intp], Int64Array]:
         """Positions of the nodes with ``code`` and the index of each one's reason in ``reasons``."""
-        positions = np.flatnonzero(self.codes == CODES.index(code))
+        positions = (self.codes == CODES.index(code)).nonzero()[0]
         return positions, self.reason_index[positions]
 
     def reason_counts(self) -> dict[str, int]:
@@ -84,7 +84,7 @@ class BatchVerdicts:
         if count == len(names):
             return list(names)
         if 4 * count < len(names):  # few pass (a filling cluster): index them, not compress all
-            return list(map(names.__getitem__, np.flatnonzero(passing).tolist()))
+            return list(map(names.__getitem__, passing.nonzero()[0].tolist()))
         return list(itertools.compress(names, passing.tolist()))
 
     def status(self, position: int) -> Status:

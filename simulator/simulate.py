@@ -264,7 +264,7 @@ class _Scheduler:
                 by_host = dict(zip(hosts, scores, strict=True))
                 priorities = np.array([by_host.get(name, 0) for name in passed], dtype=np.int64)
         plugin_totals = np.zeros(len(passed), dtype=np.int64)
-        if info is not None and self.kube.plugins:
+        if info is not None and self.kube.applies(info):  # e.g. GPUs through claims: nothing to gather
             plugin_totals = self._plugin_totals(info, passed)
         return select_host_batch(passed, self.kube.totals_batch(plugin_totals, priorities), self.choose)
 

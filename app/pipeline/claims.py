@@ -73,11 +73,13 @@ class DraClaims(Participant):
         passing = cycle.verdicts.codes == 0
         batch = cycle.batch
         if batch is None:
-            return np.flatnonzero(passing).tolist()
+            everywhere: list[int] = passing.nonzero()[0].tolist()
+            return everywhere
         missing = np.zeros(len(batch), dtype=np.bool_)
         for resource in resources:
             missing |= batch.allocatable(resource) <= 0
-        return np.flatnonzero(passing & missing & batch.known).tolist()
+        positions: list[int] = (passing & missing & batch.known).nonzero()[0].tolist()
+        return positions
 
     @staticmethod
     def _take_fast(cycle: FilterCycle, fast: FastVerdicts) -> list[int]:
@@ -85,12 +87,12 @@ class DraClaims(Participant):
         undecided, for the full allocator."""
         verdicts = cycle.verdicts
         passing = verdicts.codes == 0
-        failing = np.flatnonzero(passing & fast.decided & ~fast.passes)
+        failing = (passing & fast.decided & ~fast.passes).nonzero()[0]
         if len(failing):
             verdicts.codes[failing] = UNRESOLVABLE
             verdicts.reason_index[failing] = fast.reason[failing] + len(verdicts.reasons)
             verdicts.reasons.extend(fast.reasons)
-        undecided: list[int] = np.flatnonzero(passing & ~fast.decided).tolist()
+        undecided: list[int] = (passing & ~fast.decided).nonzero()[0].tolist()
         return undecided
 
     def reserve(self, cycle: BindCycle) -> Refusal | None:

@@ -66,7 +66,7 @@ class ResourceFit(Participant):
                 cycle.verdicts.set(position, self.verdict(pod, name, candidates.allocatable(name))[1])
             return
         verdicts = self.profile.filter_batch(pod, batch)
-        for position in np.flatnonzero(~batch.known).tolist():
+        for position in (~batch.known).nonzero()[0].tolist():
             name = names[position]
             verdicts.set(position, self.verdict(pod, name, candidates.allocatable(name))[1])
         cycle.merge(verdicts)
@@ -84,7 +84,7 @@ class ResourceFit(Participant):
             known = np.zeros(len(names), dtype=np.bool_)
         else:
             known = batch.known.copy()
-        for position in np.flatnonzero(~known).tolist():
+        for position in (~known).nonzero()[0].tolist():
             name = names[position]
             node = self.nodes.node(pod, name, candidates.allocatable(name))
             if not isinstance(node, Status):
@@ -100,7 +100,7 @@ class ResourceFit(Participant):
         resources = self.tie_break.most_allocated
         if not asks_for_any(pod, resources):
             return best
-        positions = np.flatnonzero(best)
+        positions = best.nonzero()[0]
         keys = None
         if batch is not None and batch.known[positions].all():
             keys = most_allocated_batch(pod, batch, resources, at=positions)
@@ -134,7 +134,7 @@ class ResourceFit(Participant):
         pod = self.claim_devices.with_claim_devices(pod)  # once for the scores and the tie-break
         scores, known = self.node_scores(pod, candidates, batch, None)
         keep = self.break_ties(pod, candidates, batch, best_scored_batch(scores, known))
-        best = list(map(candidates.names.__getitem__, np.flatnonzero(keep).tolist()))  # few of many
+        best = list(map(candidates.names.__getitem__, keep.nonzero()[0].tolist()))  # few of many
         if batch is not None and batch.all_known:
             self.cache.table.remember(best, batch.rows[keep])
         return best

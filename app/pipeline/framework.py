@@ -25,8 +25,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
-import numpy as np
-
 from app.http.wire import Candidates
 from scoring.framework import NodeInfo, PodInfo
 from scoring.table import Batch
@@ -73,7 +71,7 @@ class FilterCycle:
 
     def passing(self) -> list[int]:
         """Positions of the candidates every participant so far let through."""
-        positions: list[int] = np.flatnonzero(self.verdicts.codes == 0).tolist()
+        positions: list[int] = (self.verdicts.codes == 0).nonzero()[0].tolist()
         return positions
 
     def merge(self, verdicts: BatchVerdicts) -> None:

@@ -126,5 +126,5 @@ def _without(node: NodeInfo, pod: PodInfo) -> NodeInfo:
 
 def _repeats(names: list[str], batch: Batch) -> bool:
     """Whether names unknown to the table repeat (the table itself reports repeated known names)."""
-    unknown = [names[i] for i in np.flatnonzero(~batch.known).tolist()]
+    unknown = [names[i] for i in (~batch.known).nonzero()[0].tolist()]
     return len(set(unknown)) < len(unknown)

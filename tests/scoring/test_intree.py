@@ -34,6 +34,7 @@ from scoring.intree import (
     go_round_batch,
 )
 from scoring.kube_scheduler import KubeSchedulerScore, WeightedPlugin, select_host, select_host_batch
+from scoring.resources import PodResources
 from scoring.table import NodeTable
 from tests.scoring.builders import ctr, node, pod
 from tests.scoring.strategies import nodes, pods
@@ -366,6 +367,35 @@ def test_batch_equals_scalar(plugin: Any, workload: PodInfo, node_list: list[Nod
     assert scores == expected
     low = 50 if isinstance(plugin, NodeResourcesBalancedAllocation) else 0
     assert all(low <= s <= 100 for s in expected)
+
+
+@settings(max_examples=300, deadline=None)
+@given(fit_plugins(), pods(NAMES, LARGEST), st.lists(nodes(NAMES, LARGEST), min_size=1, max_size=6))
+def test_fit_that_does_not_apply_scores_zero_everywhere(
+    plugin: NodeResourcesFit, workload: PodInfo, node_list: list[NodeInfo]
+) -> None:
+    """Leaving out a NodeResourcesFit that does not apply (as the totals and the simulator do) adds
+    what kube-scheduler's run of it adds: 0 on every node."""
+    if not plugin.applies(workload):
+        assert [plugin.score(workload, node) for node in node_list] == [0] * len(node_list)
+
+
+def test_fit_applies_to_pods_asking_for_a_scored_resource() -> None:
+    gpus_only = NodeResourcesFit(
+        NodeResourcesFitArgs.parse(
+            {"scoringStrategy": {"type": "MostAllocated", "resources": [{"name": GPU, "weight": 1}]}}
+        )
+    )
+    claims_only = PodInfo("u", "ns", "p", PodResources({"cpu": 1000}, 1000, 0))  # GPUs through claims
+    asks = PodInfo("u", "ns", "p", PodResources({"cpu": 1000, GPU: 1}, 1000, 0))
+    assert not gpus_only.applies(claims_only)
+    assert gpus_only.applies(asks)
+    node = NodeInfo("n", {"cpu": 8000, GPU: 8}, {GPU: 3})
+    assert gpus_only.score(claims_only, node) == 0 and gpus_only.score(asks, node) == 50
+    default = NodeResourcesFit(NodeResourcesFitArgs.parse({}))  # cpu and memory: every pod counts
+    assert default.applies(claims_only)
+    total = KubeSchedulerScore([WeightedPlugin(gpus_only, 1)], 200)
+    assert not total.applies(claims_only) and total.applies(asks)
 
 
 @settings(max_examples=100, deadline=None)
