@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from scoring.devices import DeviceResourceArgs, PodDevices, fit, fit_demand_batch, pod_devices
+from scoring.devices import DeviceResourceArgs, DeviceRowScorer, PodDevices, fit, fit_demand_batch
 from scoring.framework import MAX_NODE_SCORE, MIN_NODE_SCORE, NodeInfo, PodInfo
-from scoring.row_memo import RowMemo
 from scoring.table import Batch, Int64Array
 
 __all__ = ["MAX_SPEC_CPU", "MAX_SPEC_MILLI", "NAME", "BestFit", "BestFitArgs"]
@@ -38,26 +37,18 @@ def _value(cpu_after: int, milli_after: int) -> int:
     return max(MIN_NODE_SCORE, min(MAX_NODE_SCORE, numerator // _DENOMINATOR))
 
 
-class BestFit:
+class BestFit(DeviceRowScorer):
     name = NAME
 
     def __init__(self, args: BestFitArgs) -> None:
+        super().__init__(args.resource)
         self.args = args
-        self._memo = RowMemo()  # a node's score depends on its row and the pod's demand alone
 
     def score(self, pod: PodInfo, node: NodeInfo) -> int:
         placed = fit(pod, node, self.args.resource)
         if placed is None:
             return MIN_NODE_SCORE
         return _value(placed.cpu_left - placed.demand.cpu, placed.idle - placed.demand.total)
-
-    def score_batch(self, pod: PodInfo, batch: Batch) -> Int64Array | None:
-        demand = self.row_key(pod)
-        return self._memo.get(demand, batch, lambda rows: self.score_rows(demand, rows))
-
-    def row_key(self, pod: PodInfo) -> PodDevices:
-        """A node's score depends on its row and the pod's demand alone (``RowScorer``)."""
-        return pod_devices(pod, self.args.resource)
 
     def score_rows(self, demand: PodDevices, batch: Batch) -> Int64Array:
         placed = fit_demand_batch(demand, batch, self.args.resource)

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from scoring.devices import PodDevices, fit, fit_demand_batch, parse_resource, pod_devices
+from scoring.devices import DeviceRowScorer, PodDevices, fit, fit_demand_batch, parse_resource
 from scoring.framework import (
     MAX_NODE_DEVICES,
     MAX_NODE_SCORE,
@@ -43,7 +43,6 @@ from scoring.framework import (
     reject_unknown_fields,
 )
 from scoring.resources import CPU
-from scoring.row_memo import RowMemo
 from scoring.table import Batch, Int64Array
 
 __all__ = ["NAME", "GpuCpuBalance", "GpuCpuBalanceArgs", "node_cpu_per_gpu", "stranded"]
@@ -96,12 +95,12 @@ def stranded(idle: int, cpu_left: int, per_gpu: int) -> int:
     return max(0, idle - cpu * MILLI_DEVICES // per_gpu)
 
 
-class GpuCpuBalance:
+class GpuCpuBalance(DeviceRowScorer):
     name = NAME
 
     def __init__(self, args: GpuCpuBalanceArgs) -> None:
+        super().__init__(args.resource)
         self.args = args
-        self._memo = RowMemo()  # a node's score depends on its row and the pod's demand alone
 
     def score(self, pod: PodInfo, node: NodeInfo) -> int:
         placed = fit(pod, node, self.args.resource)
@@ -115,14 +114,6 @@ class GpuCpuBalance:
         return max(
             MIN_NODE_SCORE, min(MAX_NODE_SCORE, MAX_NODE_SCORE // 2 + (before - after) // self.args.milli_per_point)
         )
-
-    def score_batch(self, pod: PodInfo, batch: Batch) -> Int64Array | None:
-        demand = self.row_key(pod)
-        return self._memo.get(demand, batch, lambda rows: self.score_rows(demand, rows))
-
-    def row_key(self, pod: PodInfo) -> PodDevices:
-        """A node's score depends on its row and the pod's demand alone (``RowScorer``)."""
-        return pod_devices(pod, self.args.resource)
 
     def score_rows(self, demand: PodDevices, batch: Batch) -> Int64Array:
         placed = fit_demand_batch(demand, batch, self.args.resource)  # shared with the other device plugins

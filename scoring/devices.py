@@ -12,6 +12,7 @@ the rows of nodes with fewer devices in a batch.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,11 +21,13 @@ import numpy as np
 
 from scoring.framework import MILLI_DEVICES, ArgsError, NodeInfo, PodInfo, reject_unknown_fields
 from scoring.resources import CPU
+from scoring.row_memo import RowMemo
 from scoring.table import Batch, BoolArray, Int64Array
 
 __all__ = [
     "DEFAULT_RESOURCE",
     "DeviceResourceArgs",
+    "DeviceRowScorer",
     "Fit",
     "FitBatch",
     "PodDevices",
@@ -140,6 +143,26 @@ def _fit_demand_batch(demand: PodDevices, batch: Batch, resource: str) -> FitBat
     for values in (placed.fits, placed.idle, placed.cpu_left, placed.after):  # shared: no plugin may write
         values.flags.writeable = False
     return placed
+
+
+class DeviceRowScorer(ABC):
+    """A score plugin whose score on a node depends on the node's table row and the pod's demand of
+    ``resource`` alone (a ``RowScorer``): ``score_batch`` keeps ``score_rows`` per row and demand."""
+
+    def __init__(self, resource: str) -> None:
+        self._resource = resource
+        self._memo = RowMemo()
+
+    def score_batch(self, pod: PodInfo, batch: Batch) -> Int64Array | None:
+        demand = self.row_key(pod)
+        return self._memo.get(demand, batch, lambda rows: self.score_rows(demand, rows))
+
+    def row_key(self, pod: PodInfo) -> PodDevices:
+        return pod_devices(pod, self._resource)
+
+    @abstractmethod
+    def score_rows(self, demand: PodDevices, batch: Batch) -> Int64Array:
+        """Scores of ``demand`` on ``batch``'s rows (what the memo keeps)."""
 
 
 def cpu_free(node: NodeInfo) -> int:

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from scoring.devices import (
+    DeviceRowScorer,
     PodDevices,
     cpu_free,
     first_fit,
@@ -53,7 +54,6 @@ from scoring.framework import (
     parse_choice,
     reject_unknown_fields,
 )
-from scoring.row_memo import RowMemo
 from scoring.table import Batch, Int64Array
 
 __all__ = ["NAME", "GpuFragmentation", "GpuFragmentationArgs", "ScoreMapping", "TaskType", "fragmentation"]
@@ -132,10 +132,11 @@ def fragmentation(free: Sequence[int], cpu_left: int, workload: Sequence[TaskTyp
     return total
 
 
-class GpuFragmentation:
+class GpuFragmentation(DeviceRowScorer):
     name = NAME
 
     def __init__(self, args: GpuFragmentationArgs) -> None:
+        super().__init__(args.resource)
         self.args = args
         workload = args.workload
         self.weight = sum(t.popularity for t in workload)
@@ -156,7 +157,6 @@ class GpuFragmentation:
         scale = MILLI_DEVICES * self.weight
         self._thresholds = [scale * math.log(k / (MAX_NODE_SCORE - k)) for k in range(1, MAX_NODE_SCORE)]
         self._threshold_array = np.array(self._thresholds, dtype=np.float64)
-        self._memo = RowMemo()  # a node's score depends on its row and the pod's demand alone
 
     # ------------------------------------------------------------------ scalar (the definition)
     def score(self, pod: PodInfo, node: NodeInfo) -> int:
@@ -188,14 +188,6 @@ class GpuFragmentation:
         hosts = self._needs_gpus & (cpu_left[:, None] >= self._cpu[None, :]) & (counts >= self._gpus[None, :])
         result: Int64Array = np.where(hosts, short, sums[:, -1:]) @ self._popularity
         return result
-
-    def score_batch(self, pod: PodInfo, batch: Batch) -> Int64Array | None:
-        demand = self.row_key(pod)
-        return self._memo.get(demand, batch, lambda rows: self.score_rows(demand, rows))
-
-    def row_key(self, pod: PodInfo) -> PodDevices:
-        """A node's score depends on its row and the pod's demand alone (``RowScorer``)."""
-        return pod_devices(pod, self.args.resource)
 
     def score_rows(self, demand: PodDevices, batch: Batch) -> Int64Array:
         placed = fit_demand_batch(demand, batch, self.args.resource)  # shared with BestFit
