@@ -353,7 +353,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--profile", help="py-spy the extender during each phase; collapsed stacks go here")
-    parser.add_argument("--workdir", help="keep the control plane's files and logs here")
+    parser.add_argument(
+        "--workdir",
+        help="keep the control plane's files and logs here (default: a temporary directory, removed after a run "
+        "that succeeds and kept after one that fails)",
+    )
     args = parser.parse_args(argv)
 
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="kge-bind-"))
@@ -404,6 +408,11 @@ def main(argv: list[str] | None = None) -> int:
             wait_cache_empty(extender)
     finally:
         plane.stop()
+    if args.workdir is None:
+        if ok:
+            shutil.rmtree(workdir, ignore_errors=True)  # etcd's data and the logs
+        else:
+            print(f"the run failed; its control plane's logs are in {workdir}", flush=True)
     results["loadAfter"] = _load()
     print_table(results["phases"])
     print(f"load average before {results['loadBefore']}, after {results['loadAfter']}")

@@ -44,6 +44,7 @@ import contextlib
 import json
 import math
 import random
+import shutil
 import sys
 import tempfile
 import threading
@@ -347,7 +348,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", help="write the results here")
-    parser.add_argument("--workdir", help="keep the control plane's files and logs here")
+    parser.add_argument(
+        "--workdir",
+        help="keep the control plane's files and logs here (default: a temporary directory, removed after a run "
+        "that succeeds and kept after one that fails)",
+    )
     args = parser.parse_args(argv)
 
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="kge-throughput-"))
@@ -417,6 +422,8 @@ def main(argv: list[str] | None = None) -> int:
         watch.stop()
     finally:
         plane.stop()
+    if args.workdir is None:
+        shutil.rmtree(workdir, ignore_errors=True)  # etcd's data and the logs: ~90 MB a run
     report(results)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
