@@ -40,6 +40,7 @@ from scoring.framework import (
     ArgsError,
     NodeInfo,
     PodInfo,
+    int_arg,
     reject_unknown_fields,
 )
 from scoring.resources import CPU
@@ -50,14 +51,6 @@ __all__ = ["NAME", "GpuCpuBalance", "GpuCpuBalanceArgs", "node_cpu_per_gpu", "st
 NAME = "GpuCpuBalance"
 DEFAULT_MILLI_PER_POINT = 10
 MAX_CPU_PER_GPU = 10**9  # a million cores per device: far past any node, and int64-safe below
-
-
-def _positive(raw: Mapping[str, Any], name: str, path: str, default: int | None, high: int) -> int:
-    value = raw.get(name, default)
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= high:
-        unit = " (milli-CPU per whole device)" if name == "cpuPerGpu" else ""
-        raise ArgsError(f"{path}.{name}: must be an integer > 0 and <= {high}{unit}, got {value!r}")
-    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,8 +69,15 @@ class GpuCpuBalanceArgs:
         reject_unknown_fields(raw, path, ("resource", "cpuPerGpu", "milliPerPoint"))
         return cls(
             parse_resource(raw.get("resource"), path),
-            _positive(raw, "cpuPerGpu", path, None, MAX_CPU_PER_GPU),
-            _positive(raw, "milliPerPoint", path, DEFAULT_MILLI_PER_POINT, MAX_NODE_DEVICES * MILLI_DEVICES),
+            int_arg(raw, "cpuPerGpu", path, above=0, high=MAX_CPU_PER_GPU, unit=" (milli-CPU per whole device)"),
+            int_arg(
+                raw,
+                "milliPerPoint",
+                path,
+                above=0,
+                high=MAX_NODE_DEVICES * MILLI_DEVICES,
+                default=DEFAULT_MILLI_PER_POINT,
+            ),
         )
 
 

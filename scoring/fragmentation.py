@@ -51,6 +51,7 @@ from scoring.framework import (
     ArgsError,
     NodeInfo,
     PodInfo,
+    int_arg,
     parse_choice,
     reject_unknown_fields,
 )
@@ -75,14 +76,6 @@ class TaskType:
     popularity: int
 
 
-def _int_field(raw: Mapping[str, Any], name: str, path: str, low: int, high: int | None = None) -> int:
-    value = raw.get(name, 0 if name in ("cpu", "gpuMilli", "gpus") else None)
-    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
-        bound = f" and <= {high}" if high is not None else ""
-        raise ArgsError(f"{path}.{name}: must be an integer >= {low}{bound}, got {value!r}")
-    return value
-
-
 @dataclass(frozen=True, slots=True)
 class GpuFragmentationArgs:
     resource: str
@@ -105,17 +98,15 @@ class GpuFragmentationArgs:
             if not isinstance(task, Mapping):
                 raise ArgsError(f"{where}: must be a mapping with {', '.join(_TASK_FIELDS)}")
             reject_unknown_fields(task, where, _TASK_FIELDS)
-            cpu = _int_field(task, "cpu", where, 0)
-            milli = _int_field(task, "gpuMilli", where, 0, MILLI_DEVICES)
-            gpus = _int_field(task, "gpus", where, 0)
+            cpu = int_arg(task, "cpu", where, low=0, default=0)
+            milli = int_arg(task, "gpuMilli", where, low=0, high=MILLI_DEVICES, default=0)
+            gpus = int_arg(task, "gpus", where, low=0, default=0)
             if (milli == 0) != (gpus == 0):
                 raise ArgsError(f"{where}: gpuMilli and gpus must both be 0 (a CPU-only type) or both > 0")
-            popularity = _int_field(task, "popularity", where, 1)
+            popularity = int_arg(task, "popularity", where, low=1)
             types.append(TaskType(cpu, milli, gpus, popularity))
         mapping = parse_choice(ScoreMapping, raw.get("mapping", ScoreMapping.SIGMOID.value), f"{path}.mapping")
-        step = raw.get("milliPerPoint", 10)
-        if isinstance(step, bool) or not isinstance(step, int) or step <= 0:
-            raise ArgsError(f"{path}.milliPerPoint: must be an integer > 0, got {step!r}")
+        step = int_arg(raw, "milliPerPoint", path, above=0, default=10)
         return cls(resource, tuple(types), mapping, step)
 
 

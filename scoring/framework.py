@@ -198,6 +198,31 @@ def args_field(raw: Any, path: str, name: str, expected: str) -> Any:
     return raw.get(name)
 
 
+def int_arg(
+    raw: Mapping[str, Any],
+    name: str,
+    path: str,
+    *,
+    low: int | None = None,
+    above: int | None = None,
+    high: int | None = None,
+    default: int | None = None,
+    unit: str = "",
+) -> int:
+    """``raw[name]`` (``default`` when absent) as an integer ``>= low`` (or ``> above``) and ``<= high``;
+    a bool is not an integer. The error names the field, the range and the value."""
+    value = raw.get(name, default)
+    minimum = low if low is not None else None if above is None else above + 1
+    too_low = minimum is not None and isinstance(value, int) and value < minimum
+    too_high = high is not None and isinstance(value, int) and value > high
+    if isinstance(value, bool) or not isinstance(value, int) or too_low or too_high:
+        bounds = [f">= {low}"] if low is not None else [f"> {above}"] if above is not None else []
+        bounds += [f"<= {high}"] if high is not None else []
+        expected = " ".join(["must be an integer", " and ".join(bounds)]) if bounds else "must be an integer"
+        raise ArgsError(f"{path}.{name}: {expected}{unit}, got {value!r}")
+    return value
+
+
 def reject_unknown_fields(raw: Mapping[Any, Any], path: str, known: Iterable[str]) -> None:
     """kube-scheduler decodes its configuration strictly: a field it does not know is an error."""
     unknown = sorted(set(raw) - set(known), key=str)
