@@ -46,6 +46,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from app.cluster.kube import CredentialsError
     from app.cluster.snapshot import SnapshotError
     from app.http.auth import exposure_error
     from app.http.serving import build_server
@@ -64,7 +65,7 @@ def _serve(args: argparse.Namespace) -> int:
             runtime = build_snapshot_runtime(config, args.snapshot)
         else:
             runtime = build_cluster_runtime(config, args.kubeconfig)
-    except SnapshotError as exc:
+    except (SnapshotError, CredentialsError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     _log_configuration(args, config)

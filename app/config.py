@@ -34,13 +34,16 @@ class _Strict(BaseModel):
 
 
 class PluginConfig(_Strict):
-    name: str
+    name: str = Field(
+        description="A score plugin: NodeResourcesFitPlus, ScarceResourceAvoidance, GpuFragmentation, GpuCpuBalance, "
+        "BestFit, GpuPacking, DotProduct, GpuClustering, or FlavorFairness (needs the queues section)."
+    )
     weight: int = Field(1, gt=0, description="Profile weight of this plugin in the combined score.")
-    args: dict[str, Any] = Field(default_factory=dict)
+    args: dict[str, Any] = Field(default_factory=dict, description="The plugin's own arguments (below).")
 
 
 class ManagedResource(_Strict):
-    name: str
+    name: str = Field(description="The extended resource name, e.g. nvidia.com/gpu.")
     ignoredByScheduler: bool = Field(
         False,
         description="Whether kube-scheduler's NodeResourcesFit ignores this resource (its ignoredResources). "
@@ -177,10 +180,19 @@ def _default_managed_resources() -> list[str | ManagedResource]:
 
 
 class ExtenderConfiguration(_Strict):
-    apiVersion: Literal["kube-gpu-extender.io/v1alpha1"] = API_VERSION
-    kind: Literal["ExtenderConfiguration"] = KIND
-    managedResources: list[str | ManagedResource] = Field(default_factory=_default_managed_resources)
-    plugins: list[PluginConfig] = Field(default_factory=_default_plugins)
+    apiVersion: Literal["kube-gpu-extender.io/v1alpha1"] = Field(API_VERSION, description="The file's format.")
+    kind: Literal["ExtenderConfiguration"] = Field(KIND, description="The file's kind.")
+    managedResources: list[str | ManagedResource] = Field(
+        default_factory=_default_managed_resources,
+        description="Resources /filter checks against each node's allocatable minus what bound and assumed pods "
+        "request (default [nvidia.com/gpu]); a name or {name, ignoredByScheduler}.",
+    )
+    plugins: list[PluginConfig] = Field(
+        default_factory=_default_plugins,
+        description="The score plugins, in order; a node's score is their integer weighted mean. Default: "
+        "NodeResourcesFitPlus (GPUs MostAllocated weight 2, cpu and memory LeastAllocated) and "
+        "ScarceResourceAvoidance on nvidia.com/gpu, weight 1 each.",
+    )
     priorityScale: PriorityScale = Field(
         CANDIDATES,
         description="How the profile's 0..100 node scores become /prioritize's 0..10: Candidates (relative to the "
@@ -207,11 +219,14 @@ class ExtenderConfiguration(_Strict):
         "reads the reasons only then, for its FailedScheduling event and preemption; otherwise a 1,000-node "
         "answer carries up to 1,000 reasons nobody reads). Keep Always behind a second filtering extender.",
     )
-    cache: CacheConfig = Field(default_factory=CacheConfig)
-    server: ServerConfig = Field(default_factory=ServerConfig)
-    dra: DraConfig = Field(default_factory=DraConfig)
-    # Queues and fair sharing (README "Queues and fair sharing"); validated by fairshare.config.
-    queues: dict[str, Any] | None = None
+    cache: CacheConfig = Field(default_factory=CacheConfig, description="The watch-fed cache and the assume ledger.")
+    server: ServerConfig = Field(default_factory=ServerConfig, description="The HTTP server.")
+    dra: DraConfig = Field(default_factory=DraConfig, description="Dynamic Resource Allocation (ResourceClaims).")
+    # Validated by fairshare.config; its shape is documented by app.config_schema.QueuesSection.
+    queues: dict[str, Any] | None = Field(
+        None,
+        description="Queues and fair sharing (Kueue ClusterQueues over ResourceFlavors, KAI queues); off when unset.",
+    )
 
     @property
     def managed_resource_names(self) -> list[str]:
@@ -301,6 +316,13 @@ def load_config(path: str | Path | None) -> ExtenderConfiguration:
     if path is None:
         return ExtenderConfiguration()
     data = read_yaml(path, "config", ConfigError)
+    if data is None:
+        # An empty file is most likely a mistake (a ConfigMap key mounted empty, a wrong path to
+        # /dev/null): running on the defaults would hide it.
+        raise ConfigError(
+            f"{path}: the file is empty; write a configuration (see examples/config.yaml) "
+            "or leave --config out for the built-in defaults"
+        )
     try:
         return parse_config(data)
     except ConfigError as exc:

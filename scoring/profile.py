@@ -62,10 +62,13 @@ class ScorePluginSpec:
 
 @dataclass(frozen=True, slots=True)
 class NodeScore:
-    """Raw 0..100 score per plugin and their weighted mean (``scoring.priority_scale`` maps it to 0..10)."""
+    """Raw 0..100 score per configured plugin and the weighted mean of those that apply to the pod
+    (``scoring.priority_scale`` maps it to 0..10). ``sat_out`` names the plugins that did not apply
+    (PreScore Skip): their score is the one they would give, left out of ``node_score``."""
 
     plugin_scores: Mapping[str, int]
     node_score: int
+    sat_out: tuple[str, ...] = ()
 
 
 def _applies(spec: ScorePluginSpec, pod: PodInfo) -> bool:
@@ -103,9 +106,10 @@ class Profile:
 
     def score(self, pod: PodInfo, node: NodeInfo) -> NodeScore:
         active = self.active(pod)
-        raw = {spec.plugin.name: spec.plugin.score(pod, node) for spec in active}
+        raw = {spec.plugin.name: spec.plugin.score(pod, node) for spec in self.scorers}
         node_score = combine_scores((spec.weight, raw[spec.plugin.name]) for spec in active)
-        return NodeScore(raw, node_score)
+        sat_out = tuple(spec.plugin.name for spec in self.scorers if spec not in active)
+        return NodeScore(raw, node_score, sat_out)
 
     def node_score(self, pod: PodInfo, node: NodeInfo, plugin: str | None = None) -> int:
         """The 0..100 score, of the whole profile or of one plugin alone."""

@@ -19,7 +19,7 @@ from typing import Any
 import aiohttp
 import msgspec
 
-__all__ = ["ApiError", "GoneError", "KubeClient"]
+__all__ = ["ApiError", "CredentialsError", "GoneError", "KubeClient"]
 
 _decode = msgspec.json.Decoder().decode
 # One line per API request at DEBUG (``--log-level debug``), worded as httpx words it.
@@ -32,6 +32,10 @@ _HEADERS = {
 }
 _STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 _MERGE_PATCH = "application/merge-patch+json"
+
+
+class CredentialsError(Exception):
+    """The kubeconfig or the in-cluster credentials cannot be loaded; the message says which and why."""
 
 
 class ApiError(Exception):
@@ -164,10 +168,14 @@ class KubeClient:
         from kubernetes import client, config  # imported lazily: only cluster mode needs it
 
         cfg = client.Configuration()
-        if path:
-            config.load_kube_config(config_file=path, client_configuration=cfg)  # type: ignore[no-untyped-call]
-        else:
-            config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+        try:
+            if path:
+                config.load_kube_config(config_file=path, client_configuration=cfg)  # type: ignore[no-untyped-call]
+            else:
+                config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+        except Exception as exc:  # the loaders raise their own, yaml's and OS errors: all mean "unusable"
+            source = f"kubeconfig {path}" if path else "the in-cluster ServiceAccount"
+            raise CredentialsError(f"cannot load credentials from {source}: {exc}".replace("\n", " ")) from None
         return cls.from_configuration(cfg)
 
     @classmethod

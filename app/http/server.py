@@ -22,7 +22,7 @@ from starlette.types import Receive, Scope, Send
 
 from app.http import wire
 from app.operator.console import mount_console
-from app.operator.debug import debug_view
+from app.operator.debug import debug_view, single_node_view
 from app.service import ExtenderService
 from fairshare.usage import queues_view
 
@@ -83,7 +83,12 @@ def create_app(
 
     @app.get("/debug", summary="Cache freshness, per-node view, assume ledger, config, recent decisions")
     async def debug(node: str | None = None, nodes: bool = True, decisions: int = 50) -> Response:
-        view = debug_view(service, node=node, include_nodes=nodes, decisions=decisions)
+        if node is not None:
+            shown = single_node_view(service, node)
+            if shown is None:
+                return JSONResponse({"error": f"node {node} is not in the cache"}, status_code=404)
+            return Response(wire.encode_debug(shown), media_type=JSON)
+        view = debug_view(service, include_nodes=nodes, decisions=decisions)
         return Response(wire.encode_debug(view), media_type=JSON)
 
     @app.get(

@@ -64,6 +64,7 @@ _env.filters["detail"] = detail_text
 _env.filters["requests"] = requests_text
 _env.filters["pct"] = lambda v: f"{100 * v:.1f} %"
 _env.filters["num"] = lambda v: "" if v is None else (f"{v:g}" if isinstance(v, float) else str(v))
+_env.filters["plural"] = lambda count: "" if count == 1 else "s"  # "1 GPU node", "2 GPU nodes"
 
 
 class ConsoleError(ValueError):

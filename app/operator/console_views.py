@@ -312,7 +312,7 @@ class ExplainRow:
     passed: bool
     reason: str
     code: str
-    scores: list[tuple[str, int, int, int]]  # plugin, raw, weight, raw times weight
+    scores: list[tuple[str, int, int, int | None]]  # plugin, raw, weight, raw times weight (None: sat out)
     node_score: int | None
     score: int | None
     managed: str
@@ -344,7 +344,11 @@ def explain_view(service: ExtenderService, result: Mapping[str, Any]) -> list[Ex
     rows = []
     for entry in result.get("nodes", []):
         verdict = entry.get("filter", {})
-        scores = [(p, raw, weights.get(p, 0), raw * weights.get(p, 0)) for p, raw in entry.get("scores", {}).items()]
+        sat_out = set(entry.get("satOut", ()))
+        scores = [
+            (p, raw, weights.get(p, 0), None if p in sat_out else raw * weights.get(p, 0))
+            for p, raw in entry.get("scores", {}).items()
+        ]
         managed = entry.get("managed", {})
         rows.append(
             ExplainRow(

@@ -7,16 +7,28 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from app.service import ExtenderService
 
-__all__ = ["debug_view"]
+__all__ = ["debug_view", "node_view", "single_node_view"]
 
 
 def _age(now: float, then: float | None) -> float | None:
     return None if then is None else round(now - then, 3)
 
 
-def debug_view(
-    service: ExtenderService, *, node: str | None = None, include_nodes: bool = True, decisions: int = 50
-) -> dict[str, Any]:
+def _ledger(service: ExtenderService, now: float) -> list[dict[str, Any]]:
+    return [
+        {
+            "pod": a.pod.key,
+            "uid": a.pod.uid,
+            "node": a.node,
+            "ageSeconds": round(now - a.assumed_at, 3),
+            "expiresInSeconds": round(a.expires_at - now, 3),
+            "requests": dict(a.pod.resources.requests),
+        }
+        for a in service.cache.ledger.values()
+    ]
+
+
+def debug_view(service: ExtenderService, *, include_nodes: bool = True, decisions: int = 50) -> dict[str, Any]:
     cache = service.cache
     now = cache.clock()
     sources = {
@@ -37,17 +49,7 @@ def debug_view(
         "ready": not service.not_ready_reason(),
         "notReadyReason": service.not_ready_reason(),
         "cache": {"sources": sources, "counts": cache.counts()},
-        "assumeLedger": [
-            {
-                "pod": a.pod.key,
-                "uid": a.pod.uid,
-                "node": a.node,
-                "ageSeconds": round(now - a.assumed_at, 3),
-                "expiresInSeconds": round(a.expires_at - now, 3),
-                "requests": dict(a.pod.resources.requests),
-            }
-            for a in cache.ledger.values()
-        ],
+        "assumeLedger": _ledger(service, now),
         "draInFlight": cache.dra.inflight_view(),
         "draBindingConditionsPending": service.binding_waits(),
         "boundWithoutExtender": service.bindless.view(),
@@ -55,22 +57,40 @@ def debug_view(
         "decisions": list(service.decisions)[-decisions:] if decisions > 0 else [],
     }
     if include_nodes:
-        names = [node] if node is not None else sorted(cache.nodes)
         view["nodes"] = {}
-        for name in names:
-            info = cache.node_info(name)
-            if info is None:
-                continue
-            usage = cache.usage(name)
-            view["nodes"][name] = {
-                "allocatable": dict(info.allocatable),
-                "requested": dict(info.requested),
-                "nonZeroRequested": {"cpu": info.non_zero_cpu, "memory": info.non_zero_memory},
-                "pods": info.pod_count,
-                "assumedPods": usage.assumed_count,
-                "free": {r: info.allocatable.get(r, 0) - info.requested.get(r, 0) for r in service.fit.resources},
-            }
-            dra = cache.dra.node_view(name)
-            if dra is not None:
-                view["nodes"][name]["dra"] = dra
+        for name in sorted(cache.nodes):
+            shown = node_view(service, name)
+            if shown is not None:
+                view["nodes"][name] = shown
     return view
+
+
+def node_view(service: ExtenderService, name: str) -> dict[str, Any] | None:
+    """What the extender counts on one node (``/debug``'s ``nodes.NAME``); None when not in the cache."""
+    cache = service.cache
+    info = cache.node_info(name)
+    if info is None:
+        return None
+    usage = cache.usage(name)
+    view: dict[str, Any] = {
+        "allocatable": dict(info.allocatable),
+        "requested": dict(info.requested),
+        "nonZeroRequested": {"cpu": info.non_zero_cpu, "memory": info.non_zero_memory},
+        "pods": info.pod_count,
+        "assumedPods": usage.assumed_count,
+        "free": {r: info.allocatable.get(r, 0) - info.requested.get(r, 0) for r in service.fit.resources},
+    }
+    dra = cache.dra.node_view(name)
+    if dra is not None:
+        view["dra"] = dra
+    return view
+
+
+def single_node_view(service: ExtenderService, name: str) -> dict[str, Any] | None:
+    """``/debug?node=NAME``: that node alone, with the assume-ledger entries on it."""
+    shown = node_view(service, name)
+    if shown is None:
+        return None
+    now = service.cache.clock()
+    assumed = [entry for entry in _ledger(service, now) if entry["node"] == name]
+    return {"name": name, **shown, "assumed": assumed}

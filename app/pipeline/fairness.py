@@ -22,6 +22,7 @@ from app.cluster.cache import ClusterCache
 from app.cluster.cache_events import CacheEvent, Counted, NodeChanged, PodChanged, PodCounted
 from app.cluster.objects import NodeObject
 from app.cluster.workloads import WorkloadAdmissions, kueue_group_name
+from app.pipeline.nodes import REASON_NODE_NOT_IN_CACHE
 from fairshare.admission import Verdict
 from fairshare.assignment import FlavorVerdict, QueuedPod, counted_usage, judge, queued_pod
 from fairshare.config import QueueConfig
@@ -336,7 +337,7 @@ class Fairness:
             return self._kai_victims(pod, queued, scheduler_victims)
         node = self._nodes().get(node_name)
         if node is None or self.cache is None:
-            return PreemptChoice("drop", reason="node unknown to the GPU extender")
+            return PreemptChoice("drop", reason=REASON_NODE_NOT_IN_CACHE)
         snap = self.usage.snapshot_without(pod.uid)
         judged = judge(self.config, queued, self.placement(pod.uid), node.labels, snap)
         if judged.verdict is Verdict.FITS:

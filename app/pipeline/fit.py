@@ -191,6 +191,7 @@ class ResourceFit(Participant):
                 score = scores.get(name) or self.profile.score(pod, node)
                 entry.update(
                     scores=dict(score.plugin_scores),
+                    satOut=list(score.sat_out),
                     nodeScore=score.node_score,
                     score=priorities.get(name),
                     **({} if keys is None else {"tieKey": keys[name]}),

@@ -90,6 +90,10 @@ def test_config_file_errors(tmp_path: Path) -> None:
     bad.write_text("plugins: [\n")
     with pytest.raises(ConfigError, match="invalid YAML"):
         load_config(bad)
+    for empty in ("", "# only a comment\n", "---\n"):
+        bad.write_text(empty)
+        with pytest.raises(ConfigError, match="the file is empty"):
+            load_config(bad)
 
 
 def test_snapshot_formats(tmp_path: Path) -> None:
@@ -140,6 +144,17 @@ def test_check_config_command(capsys: pytest.CaptureFixture[str], tmp_path: Path
     bad.write_text("plugins: [{name: NodeResourcesFitPlus, args: {resources: {cpu: {type: X}}}}]\n")
     assert main(["check-config", "--config", str(bad)]) == 2
     assert "plugins[0].args.resources[cpu].type" in capsys.readouterr().err
+    assert main(["check-config", "--config", os.devnull]) == 2
+    assert "the file is empty" in capsys.readouterr().err
+
+
+def test_serve_refuses_unusable_credentials_with_a_message(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    broken = tmp_path / "kubeconfig"
+    broken.write_text("clusters: [\n")
+    assert main(["serve", "--kubeconfig", str(broken), "--port", "0"]) == 2
+    assert f"cannot load credentials from kubeconfig {broken}" in capsys.readouterr().err
+    assert main(["serve", "--kubeconfig", str(tmp_path / "missing"), "--port", "0"]) == 2
+    assert "cannot load credentials" in capsys.readouterr().err
 
 
 def _free_port() -> int:

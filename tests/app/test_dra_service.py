@@ -300,7 +300,7 @@ def test_debug_shows_pools_in_allocation_order_holders_and_in_flight() -> None:
     service = make_service(nodes, dra=[device_class_obj(), low, high, claim_obj("x"), claim_obj("y")])
     px = with_claims(pod_obj("px"), "x")
     assert bind(service, px, "d1") == {"Error": ""}
-    view = debug_view(service, node="d1")
+    view = debug_view(service)
     dra = view["nodes"]["d1"]["dra"]
     assert [(p["pool"], p["priority"]) for p in dra["pools"]] == [("z-high", 5), ("a-low", 0)]
     first = dra["pools"][0]["slices"][0]["devices"]
@@ -317,6 +317,6 @@ def test_debug_shows_pools_in_allocation_order_holders_and_in_flight() -> None:
     assert not isinstance(claims, Status)
     reservation = participant.dra.reserve(service.cache.pods[py["metadata"]["uid"]], "d1")
     assert not isinstance(reservation, Status)
-    view = debug_view(service, node="d1")
+    view = debug_view(service)
     assert [(e["pod"], e["devices"]) for e in view["draInFlight"]] == [("default/py", ["gpu.example.com/z-high/g1"])]
     assert view["nodes"]["d1"]["dra"]["pools"][0]["slices"][0]["devices"][1]["holder"] == "in flight for pod default/py"

@@ -148,7 +148,11 @@ def test_operator_endpoints(client: Any) -> None:
     assert debug["nodes"]["g1"]["allocatable"]["nvidia.com/gpu"] == 4
     assert debug["decisions"][-1]["verb"] == "filter"
     assert debug["config"]["managedResources"] == ["nvidia.com/gpu"]
-    assert set(client.get("/debug?node=g1").json()["nodes"]) == {"g1"}
+    one = client.get("/debug?node=g1").json()
+    assert (one["name"], one["allocatable"], one["assumed"]) == ("g1", debug["nodes"]["g1"]["allocatable"], [])
+    assert "decisions" not in one and "nodes" not in one
+    missing = client.get("/debug?node=nope")
+    assert (missing.status_code, missing.json()) == (404, {"error": "node nope is not in the cache"})
     assert client.post("/debug/explain", content=b"{bad").status_code == 400
     assert client.get("/no/such/path").status_code == 404
 

@@ -212,9 +212,10 @@ def test_explain_reports_verdicts_and_raw_scores() -> None:
     g1, c1 = explained["nodes"]
     assert g1["filter"] == {"passed": True, "reason": "", "code": "Success"}
     # FitPlus on g1: gpu Most 1/4 -> 25 (w2), cpu Least 5/10 -> 50, memory Least 50 -> (50+50+50)//4 = 37.
-    # SRA sits out: the pod asks for the scarce resource (it would score 100 everywhere).
+    # SRA sits out: the pod asks for the scarce resource; shown with the 100 it would give, not counted.
     # g1 is the only node that passes, so the best candidate: priority 10 (the Candidates scale).
-    assert g1["scores"] == {"NodeResourcesFitPlus": 37}
+    assert g1["scores"] == {"NodeResourcesFitPlus": 37, "ScarceResourceAvoidance": 100}
+    assert g1["satOut"] == ["ScarceResourceAvoidance"]
     assert (g1["nodeScore"], g1["score"]) == (37, 10)
     assert g1["managed"] == {"nvidia.com/gpu": {"allocatable": 4, "requested": 0, "pod": 1}}
     assert c1["filter"] == {

@@ -112,8 +112,8 @@ class Group:
         return name
 
     def _extender_knows(self, name: str, gpus: int) -> bool:
-        nodes = self.cluster.extender.get(f"/debug?node={name}&decisions=0").json().get("nodes") or {}
-        allocatable = (nodes.get(name) or {}).get("allocatable") or {}
+        answer = self.cluster.extender.get(f"/debug?node={name}")  # 404 until the watch delivers it
+        allocatable = (answer.json().get("allocatable") or {}) if answer.status_code == 200 else {}
         return bool(allocatable.get("cpu")) and allocatable.get(GPU, 0) == gpus
 
     def pod(self, name: str, **kwargs: Any) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from tests.e2e.process import until_equal
 
 def _extender_view(group: Group, node: str) -> tuple[int, int]:
     """(GPUs requested, pods) the extender counts on ``node``."""
-    view = group.cluster.extender.get(f"/debug?node={node}").json()["nodes"][node]
+    view = group.cluster.extender.get(f"/debug?node={node}").json()
     return int(view["requested"].get(GPU, 0)), int(view["pods"])
 
 

@@ -173,8 +173,9 @@ def test_gpu_pod_prefers_fuller_gpu_node() -> None:
     #   SRA sits out: the pod asks for the only scarce resource (it would score 100 on both)
     gpu_pod = pod({"cpu": "1", "memory": "4Gi", GPU: "2"})
     prof = profile()
-    assert prof.score(gpu_pod, node(GPU_NODE)) == NodeScore({fitplus.NAME: 50}, 50)
-    assert prof.score(gpu_pod, node(GPU_NODE, {GPU: 6})) == NodeScore({fitplus.NAME: 87}, 87)
+    sat_out = (scarce.NAME,)
+    assert prof.score(gpu_pod, node(GPU_NODE)) == NodeScore({fitplus.NAME: 50, scarce.NAME: 100}, 50, sat_out)
+    assert prof.score(gpu_pod, node(GPU_NODE, {GPU: 6})) == NodeScore({fitplus.NAME: 87, scarce.NAME: 100}, 87, sat_out)
 
 
 def test_node_score_per_plugin() -> None:

@@ -38,7 +38,7 @@ def test_root_and_ui_lead_to_the_cluster_page(console: Any) -> None:
 @pytest.mark.parametrize("node", ["dgx-a100-1", "dgx-a100-2", "l4-1", "l4-3", "cpu-1"])
 def test_a_nodes_cells_are_what_debug_counts(console: Any, node: str) -> None:
     client = console(example_service())
-    shown = client.get(f"/debug?node={node}").json()["nodes"][node]
+    shown = client.get(f"/debug?node={node}").json()
     row = block(client.get("/ui/cluster").text, "tr", "data-node", node)
     allocated = cells(row, "allocated")
     assert len(allocated) == shown["requested"].get(GPU, 0)
@@ -63,7 +63,7 @@ def _example_items() -> list[dict[str, Any]]:
 
 def test_dra_devices_show_their_holder_claim(console: Any) -> None:
     client = console(example_service())
-    shown = client.get("/debug?node=dra-1").json()["nodes"]["dra-1"]["dra"]
+    shown = client.get("/debug?node=dra-1").json()["dra"]
     row = block(client.get("/ui/cluster").text, "tr", "data-node", "dra-1")
     held = [d for pool in shown["pools"] for s in pool["slices"] for d in s["devices"] if d["holder"]]
     assert held, "the example holds a DRA device on dra-1"
@@ -96,6 +96,19 @@ def test_totals_and_fragmentation() -> None:
     assert (totals.free_on_partly_used, totals.entirely_free_nodes) == (6, 1)
     assert totals.fragmentation == pytest.approx(6 / 14)
     assert Totals().fragmentation == 0.0  # no free GPU: nothing is fragmented
+
+
+def test_totals_count_in_words_that_agree_with_the_number(console: Any) -> None:
+    client = console(example_service())
+    label = re.compile(r'id="total-entirely-free">(\d+)</span><span class="label">([^<]*)</span>')
+    counts = set()
+    for query in ("", "?name=dgx", "?name=l4", "?name=dra", "?name=l4-2"):
+        count, words = label.findall(client.get(f"/ui/cluster{query}").text)[0]
+        assert words == ("GPU node entirely free" if count == "1" else "GPU nodes entirely free")
+        counts.add(count)
+    assert "1" in counts and len(counts) > 1  # both wordings were seen
+    page = client.get("/ui/cluster?name=l4-2").text
+    assert re.search(r'id="total-nodes">1</span><span class="label">node matching', page)
 
 
 def test_totals_follow_the_filter_and_agree_with_the_rows() -> None:
@@ -313,7 +326,10 @@ def test_explain_form_gives_what_debug_explain_gives(console: Any) -> None:
                 assert node["filter"]["reason"] in row
             for plugin, raw in node["scores"].items():
                 weight = weights[plugin]
-                assert f"<b>{plugin}</b> {raw} \u00d7 {weight} = {raw * weight}" in row
+                if plugin in node["satOut"]:
+                    assert f"<b>{plugin}</b> {raw} (sat out)" in row
+                else:
+                    assert f"<b>{plugin}</b> {raw} \u00d7 {weight} = {raw * weight}" in row
 
 
 def test_explain_accepts_yaml_and_a_node_list(console: Any) -> None:
