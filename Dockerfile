@@ -14,6 +14,7 @@ COPY app/ app/
 COPY scoring/ scoring/
 COPY allocator/ allocator/
 COPY fairshare/ fairshare/
+COPY gang/ gang/
 COPY k8s_semantics/ k8s_semantics/
 COPY simulator/ simulator/
 # Just our wheel; dependencies are installed from the index in the next stages.

@@ -18,6 +18,7 @@ LAYERS: dict[str, set[str]] = {
     "scoring": {"k8s_semantics"},
     "allocator": {"scoring", "k8s_semantics"},
     "fairshare": {"scoring", "allocator", "k8s_semantics"},
+    "gang": {"scoring", "allocator", "fairshare", "k8s_semantics"},
 }
 # Third-party libraries a domain package may use (speed or what it implements, not I/O).
 THIRD_PARTY: dict[str, set[str]] = {
@@ -25,6 +26,7 @@ THIRD_PARTY: dict[str, set[str]] = {
     "scoring": {"numpy"},
     "allocator": {"cel_expr_python"},
     "fairshare": set(),
+    "gang": set(),
 }
 
 
