@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test unit e2e lint bench cluster-up cluster-down clean
+.PHONY: run test unit e2e lint docs bench cluster-up cluster-down clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -41,9 +41,17 @@ cluster-up: $(VENV)/.installed
 cluster-down: $(VENV)/.installed
 	$(PY) -m tests.e2e.localcluster down
 
+# The documentation site: docs/ built into site/ (open site/index.html). --strict: a broken link, a
+# missing page or a missing included example fails the build. The configuration reference page is
+# generated from the code first.
+docs: $(VENV)/.installed
+	$(PY) -m pip install --quiet -e '.[docs]'
+	$(PY) -m app.config_reference
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
 bench: $(VENV)/.installed
 	$(PY) -m pip install --quiet -e '.[bench]'
 	$(PY) -m bench.latency
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info site

@@ -1,7 +1,7 @@
 """Screenshots of the console's views for the README, taken in headless Chromium on the example
-snapshot (the browser tests' set-up): docs/console-<view>.png.
+snapshot (the browser tests' set-up): docs/images/console-<view>.png.
 
-    python -m tests.browser.screenshots [--out docs]
+    python -m tests.browser.screenshots [--out docs/images]
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ MAX_HEIGHT = 1500
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.browser.screenshots", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=ROOT / "docs")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "images")
     args = parser.parse_args(argv)
     missing = missing_browser()
     if missing is not None:
