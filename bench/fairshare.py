@@ -1,6 +1,6 @@
 """Fair-sharing cost on the pure package: 50 ClusterQueues in 5 cohorts, 4 flavors, 5,000 nodes.
 
-Measures (run by hand, figures in the README):
+Measures (run by hand, figures in docs/performance.md):
 * recompute: usage of the whole tree plus weighted DRS of every ClusterQueue and cohort after one event;
 * incremental: one pod event applied with ``TreeUsage.with_delta`` plus the DRS of the queue's path;
 * filter-side verdict: flavor of each of 5,000 nodes (precomputed at cache time) and the per-flavor

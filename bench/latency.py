@@ -187,7 +187,7 @@ def label_for_queues(index: int, node: dict[str, Any], pods: list[dict[str, Any]
 
 
 def queue_config() -> dict[str, Any]:
-    """The bundled defaults plus FlavorFairness and a ``queues:`` section (README "Queues and fair sharing")."""
+    """The bundled defaults plus FlavorFairness and a ``queues:`` section (docs/concepts/queues.md)."""
     config = ExtenderConfiguration().model_dump(mode="json", exclude_none=True)
     config["plugins"].append({"name": "FlavorFairness", "weight": 1})
     flavors = [

@@ -20,7 +20,7 @@ device is already short, and shrinks when a pod takes devices with little cpu wh
 go to nodes whose cpu matches theirs. An empty node strands nothing, and nodes of one kind
 stranding nothing score alike, so the plugin never spreads pods over equal nodes by itself.
 GpuFragmentation asks whether each typical pod fits *now*; this counts the cpu the free devices
-will need over time (README "Simulate").
+will need over time (docs/simulate.md).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ so every baseline runs through the same filter → prioritize → bind code as t
   ``clustering`` (GpuClustering) and ``fgd`` (GpuFragmentation with the paper's sigmoid);
 * ``fgd-best-fit``: ours of the previous round: GpuFragmentation at an even resolution (15 expected
   milli-GPUs per point, weight 19) with BestFit (weight 1) breaking its near-ties;
-* ``fgd-cpu-balance``: ours (README, Simulate): ``fgd-best-fit`` plus GpuCpuBalance (weight 10,
+* ``fgd-cpu-balance``: ours (docs/simulate.md): ``fgd-best-fit`` plus GpuCpuBalance (weight 10,
   10 milli-GPUs per point) with the trace's cpu per GPU, so no GPU is left without cpu;
 * ``shipped``: the plugins, ``priorityScale``, ``tieBreak`` and ``filterReturns`` of
   ``deploy/extender-config.yaml`` as they are (ours with the openb default trace's workload,

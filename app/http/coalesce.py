@@ -4,7 +4,7 @@ for every verb call. ``CoalescingHttpToolsProtocol`` hands uvicorn's HTTP protoc
 holds what is written during one turn of the event loop and sends it as one write at the end of
 that turn (a verb answer is written in one turn: its head and body go out together).
 
-Measured through a real kube-scheduler (bench.throughput, README "Performance"): the extender used
+Measured through a real kube-scheduler (bench.throughput, docs/performance.md): the extender used
 less CPU per pod and the shipped configuration scheduled more pods/s.
 """
 

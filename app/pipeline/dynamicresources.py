@@ -17,7 +17,7 @@ Unreserve      ``unreserve``                    undo every write of this bind in
 =============  ===============================  =============================================
 
 kube-scheduler's own DynamicResources plugin must be disabled in the extender's profile,
-otherwise both would allocate (see deploy/README.md).
+otherwise both would allocate (see docs/deploy.md).
 """
 
 from __future__ import annotations
