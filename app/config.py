@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from app.http.auth import read_token
 from app.http.tls import check_readable, check_tls_files
-from app.pipeline.fairness import FLAVOR_FAIRNESS, FlavorFairness
+from app.pipeline.fairness import FLAVOR_FAIRNESS
 from app.yamlfile import read_yaml
 from fairshare.config import QueueConfig, parse_queue_config
 from scoring.best_scored import FEASIBLE, FilterReturns
@@ -158,6 +158,40 @@ class DraConfig(_Strict):
     )
 
 
+class GangsConfig(_Strict):
+    enabled: bool = Field(
+        True,
+        description="Place the pods of a group all together or not at all, and inside one topology domain when "
+        "asked: Kubernetes 1.36 PodGroups (scheduling.k8s.io/v1alpha2, gang policy), scheduler-plugins "
+        "coscheduling PodGroups (scheduling.x-k8s.io/v1alpha1) and Kueue pod groups, with Kueue's topology "
+        "annotations. Pods of no group are not affected.",
+    )
+    holdSeconds: float = Field(
+        300.0,
+        gt=0,
+        le=3600,
+        description="How long a group's plan holds room on its nodes for members not bound yet, counted from the "
+        "plan and from each member bound since; then the room goes back and the group is planned again. A "
+        "coscheduling PodGroup's scheduleTimeoutSeconds replaces it for that group.",
+    )
+    topologyLevels: list[str] = Field(
+        default_factory=list,
+        description="The cluster's topology levels: node label keys from the widest domain to the narrowest, e.g. "
+        "[example.com/block, example.com/rack, kubernetes.io/hostname]. A preferred topology falls back through "
+        "the wider levels before it places a group anywhere; without levels, straight to anywhere.",
+    )
+
+    @field_validator("topologyLevels")
+    @classmethod
+    def _levels(cls, value: list[str]) -> list[str]:
+        for index, key in enumerate(value):
+            if not key:
+                raise ValueError(f"[{index}]: empty label key")
+            if key in value[:index]:
+                raise ValueError(f"[{index}]: duplicate level {key!r}")
+        return value
+
+
 def _default_plugins() -> list[PluginConfig]:
     return [
         PluginConfig(
@@ -222,6 +256,7 @@ class ExtenderConfiguration(_Strict):
     cache: CacheConfig = Field(default_factory=CacheConfig, description="The watch-fed cache and the assume ledger.")
     server: ServerConfig = Field(default_factory=ServerConfig, description="The HTTP server.")
     dra: DraConfig = Field(default_factory=DraConfig, description="Dynamic Resource Allocation (ResourceClaims).")
+    gangs: GangsConfig = Field(default_factory=GangsConfig, description="Gang scheduling and topology for PodGroups.")
     # Validated by fairshare.config; its shape is documented by app.config_schema.QueuesSection.
     queues: dict[str, Any] | None = Field(
         None,
@@ -272,8 +307,9 @@ class ExtenderConfiguration(_Strict):
         return None if self.queues is None else parse_queue_config(self.queues)
 
     def build_profile(self, flavor_fairness: ScorePlugin | None = None) -> Profile:
-        """The scheduling profile. ``FlavorFairness`` reads queue state, so the service passes it in
-        (``app.pipeline.fairness.FlavorFairness``); here it is only validated: no args, needs ``queues:``."""
+        """The scheduling profile. ``FlavorFairness`` reads queue state, so the pipeline passes it in
+        (``app.pipeline.fairness.FlavorFairness``, built only when queues are on); without it the
+        plugin is only validated (no args, needs ``queues:``) and left out."""
         scorers = []
         for i, p in enumerate(self.plugins):
             if p.name == FLAVOR_FAIRNESS:
@@ -281,8 +317,8 @@ class ExtenderConfiguration(_Strict):
                     raise ValueError(f"plugins[{i}].args: {FLAVOR_FAIRNESS} takes no args")
                 if self.queues is None:
                     raise ValueError(f"plugins[{i}].name: {FLAVOR_FAIRNESS} needs the queues section")
-                plugin = flavor_fairness or FlavorFairness(None)
-                scorers.append(ScorePluginSpec(plugin, p.weight))
+                if flavor_fairness is not None:
+                    scorers.append(ScorePluginSpec(flavor_fairness, p.weight))
                 continue
             try:
                 scorers.append(ScorePluginSpec(build_score_plugin(p.name, p.args, f"plugins[{i}]"), p.weight))

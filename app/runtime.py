@@ -15,7 +15,7 @@ from app.cluster.cache import ClusterCache
 from app.cluster.eviction import ApiEvictor, Evictor, SnapshotEvictor
 from app.cluster.kube import KubeClient
 from app.cluster.kueue_watch import KUEUE_SOURCES, KueueSource
-from app.cluster.reflector import DRA_RESOURCES, Reflector, node_resource, pod_resource
+from app.cluster.reflector import DRA_RESOURCES, GANG_RESOURCES, Reflector, node_resource, pod_resource
 from app.cluster.requeue import ApiRetryRequester, Held, Requeuer
 from app.cluster.snapshot import SOURCES, SnapshotBinder, SnapshotClaimWriter, load_snapshot
 from app.cluster.workloads import WORKLOADS_SOURCE, WorkloadAdmissions
@@ -104,7 +104,12 @@ class Runtime:
         while True:
             await asyncio.sleep(EXPIRY_INTERVAL)
             for assumption in self.cache.expire():
-                log.warning("assumption of %s on %s expired unconfirmed", assumption.pod.key, assumption.node)
+                if assumption.held_for:  # a gang's plan ran out of time: its room goes back
+                    log.info(
+                        "hold of %s on %s for %s expired", assumption.pod.key, assumption.node, assumption.held_for
+                    )
+                else:
+                    log.warning("assumption of %s on %s expired unconfirmed", assumption.pod.key, assumption.node)
             for inflight in self.cache.dra.expire():
                 log.warning("in-flight allocation of %s on %s expired unconfirmed", inflight.pod, inflight.node)
 
@@ -158,7 +163,12 @@ def build_cluster_runtime(config: ExtenderConfiguration, kubeconfig: str | None)
     cache = ClusterCache(assume_ttl=config.cache.assumeTTLSeconds)
     metrics = Metrics()
     client = KubeClient.from_kubeconfig(kubeconfig)
-    resources = (node_resource, pod_resource, *(DRA_RESOURCES if config.dra.enabled else ()))
+    resources = (
+        node_resource,
+        pod_resource,
+        *(DRA_RESOURCES if config.dra.enabled else ()),
+        *(GANG_RESOURCES if config.gangs.enabled else ()),
+    )
     reflectors = [Reflector(client, cache, resource, metrics) for resource in resources]
     watch_kueue = _watch_kueue(config)
     # Kueue's sources count for /readyz: filter must not run on the file's tree before Kueue's was listed.

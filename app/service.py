@@ -28,6 +28,7 @@ from app.pipeline.claims import DraClaims
 from app.pipeline.dynamicresources import ClaimWriter
 from app.pipeline.fairness import Fairness
 from app.pipeline.framework import BindCycle, FilterCycle, FilterError, Refusal
+from app.pipeline.gangs import Gangs
 from app.pipeline.nodes import REASON_NODE_NOT_IN_CACHE
 from app.pipeline.queues import Queues
 from fairshare.usage import QueueUsage
@@ -128,6 +129,11 @@ class ExtenderService:
         """/bind calls waiting for their devices' binding conditions (for /debug)."""
         claims = self.pipeline.get(DraClaims)
         return claims.binding_waits() if claims is not None else []
+
+    def gangs_view(self) -> dict[str, Any]:
+        """The gangs' plans in force, their holds and recent decisions (for /debug and the console)."""
+        gangs = self.pipeline.get(Gangs)
+        return gangs.view() if gangs is not None else {"enabled": False, "plans": [], "decisions": []}
 
     @property
     def claim_writer(self) -> ClaimWriter | None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from fairshare.errors import QueueConfigError
 from k8s_semantics.nodeselector import NodeSelectorRequirement, requirement_matches
+from k8s_semantics.placement import PodPlacement, node_matches_placement
 from k8s_semantics.quantity import QuantityError, parse_quantity
 from k8s_semantics.taints import Taint, Toleration, tolerates
 
@@ -40,16 +41,6 @@ _EFFECTS = frozenset({"NoSchedule", "PreferNoSchedule", "NoExecute"})
 
 
 @dataclass(frozen=True, slots=True)
-class PodPlacement:
-    """The parts of a pod spec that decide flavor compatibility."""
-
-    node_selector: Mapping[str, str] = field(default_factory=dict)
-    # Required node affinity: terms are ORed, requirements inside a term ANDed.
-    affinity_terms: tuple[tuple[NodeSelectorRequirement, ...], ...] = ()
-    tolerations: tuple[Toleration, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
 class ResourceFlavor:
     name: str
     node_labels: Mapping[str, str] = field(default_factory=dict)
@@ -64,15 +55,6 @@ class ResourceFlavor:
 def node_matches_flavor(node_labels: Mapping[str, str], flavor: ResourceFlavor) -> bool:
     """A node belongs to a flavor when it carries every flavor nodeLabel; an empty flavor takes all."""
     return all(node_labels.get(k) == v for k, v in flavor.node_labels.items())
-
-
-def node_matches_placement(node_labels: Mapping[str, str], pod: PodPlacement) -> bool:
-    """The pod's nodeSelector and required node affinity against a node's own labels (the reclaimer
-    only considers nodes the pod could go to)."""
-    if any(node_labels.get(k) != v for k, v in pod.node_selector.items()):
-        return False
-    terms = pod.affinity_terms
-    return not terms or any(all(requirement_matches(r, node_labels) for r in term) for term in terms)
 
 
 def flavor_fits_pod(flavor: ResourceFlavor, pod: PodPlacement) -> str | None:

@@ -11,6 +11,7 @@ from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+from k8s_semantics.placement import PodPlacement
 from scoring.errors import ScoringError
 from scoring.resources import CPU, MEMORY, ContainerExtendedRequest, PodResources, is_scored_resource_name
 
@@ -96,6 +97,14 @@ class PodInfo:
     owner_uid: str = ""
     pod_group: str = ""
     terminating: bool = False
+    # Gangs (``pod_group`` names the group): the size a Kueue pod group declares on its pods (0: not
+    # declared), the topology Kueue's topology-aware scheduling asks for (node label keys, "" for
+    # none), and the spec's node constraints, kept for grouped pods only (the planner places members
+    # that have not reached /filter yet).
+    group_size: int = 0
+    topology_required: str = ""
+    topology_preferred: str = ""
+    placement: PodPlacement | None = None
     # DRA: per extended resource, the devices the pod's unallocated ResourceClaims ask for through a
     # DeviceClass with that extendedResourceName, as (count, milli-devices each). Set per request by
     # the adapter (it reads the claims); scoring plugins read it through ``device_request``.

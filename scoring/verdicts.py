@@ -36,6 +36,17 @@ class BatchVerdicts:
     def passing(cls, size: int) -> BatchVerdicts:
         return cls(np.zeros(size, dtype=np.int8), np.full(size, -1, dtype=np.int64), [])
 
+    def set_many(self, positions: npt.NDArray[np.intp] | Sequence[int], status: Status) -> None:
+        """``set`` for several nodes at once, with one reason between them."""
+        if len(positions) == 0:
+            return
+        index = -1
+        if not status.passed:
+            self.reasons.append(status)
+            index = len(self.reasons) - 1
+        self.codes[positions] = CODES.index(status.code)
+        self.reason_index[positions] = index
+
     def set(self, position: int, status: Status) -> None:
         self.codes[position] = CODES.index(status.code)
         if status.passed:

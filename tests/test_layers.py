@@ -62,7 +62,7 @@ def test_the_checker_sees_lazy_imports(tmp_path: Path) -> None:
 
 # The pipeline's participants (app/pipeline): each depends on the framework and the domain, never on
 # another participant, so adding or switching one off touches no other.
-PARTICIPANTS = ("fit", "claims", "queues")
+PARTICIPANTS = ("fit", "claims", "queues", "gangs")
 
 
 @pytest.mark.parametrize("participant", PARTICIPANTS)

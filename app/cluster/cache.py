@@ -23,6 +23,7 @@ from app.cluster.changes import ChangeSignal
 from app.cluster.dra import DraState
 from app.cluster.objects import NodeObject
 from app.cluster.pod_kinds import Kinds, PodKinds, kinds_of
+from app.cluster.podgroups import PodGroupStore
 from app.cluster.relist import apply_relist
 from scoring.framework import NodeInfo, PodInfo, Status
 from scoring.table import NodeTable
@@ -71,10 +72,15 @@ class NodeUsage:
 
 @dataclass(frozen=True, slots=True)
 class Assumption:
+    """A pod counted on a node before the watch shows it bound: assumed by /bind, or held for a gang
+    (``held_for`` names the group) on the node its plan gave it, until the member's /bind or the plan's
+    deadline."""
+
     pod: PodInfo
     node: str
     assumed_at: float
     expires_at: float
+    held_for: str = ""
 
 
 @dataclass(slots=True)
@@ -98,6 +104,7 @@ def _same_to_the_cache(previous: NodeObject, node: NodeObject) -> bool:
         previous.allocatable == node.allocatable
         and previous.labels == node.labels
         and previous.unschedulable == node.unschedulable
+        and previous.taints == node.taints
     )
 
 
@@ -133,6 +140,7 @@ class ClusterCache:
         # Bumped when capacity may have been freed: a pod stopped counting on a node, a node came or grew,
         # devices were freed. The requeuer (app/cluster/requeue.py) asks kube-scheduler to retry on it.
         self.freed = self.dra.freed
+        self.groups = PodGroupStore()  # PodGroup objects, and the cache's pods by group
 
     def subscribe(self, subscriber: Subscriber) -> None:
         """Call ``subscriber`` with every event from now on, after those subscribed earlier."""
@@ -224,15 +232,20 @@ class ClusterCache:
 
     # ------------------------------------------------------------------ pods
     def upsert_pod(self, pod: PodInfo) -> None:
+        previous = self.pods.get(pod.uid)
         self.pods[pod.uid] = pod
+        if (previous.pod_group if previous is not None else "") != pod.pod_group:
+            self.groups.member_changed(pod.uid, previous.pod_group if previous is not None else "", pod.pod_group)
         if pod.node_name:
             self.ledger.pop(pod.uid, None)  # the watch confirms (or overrides) our assumption
         self._recount(pod.uid)
         self._publish(PodChanged(pod.uid, pod))
 
     def delete_pod(self, uid: str) -> None:
-        self.pods.pop(uid, None)
+        previous = self.pods.pop(uid, None)
         self.ledger.pop(uid, None)
+        if previous is not None and previous.pod_group:
+            self.groups.member_changed(uid, previous.pod_group, "")
         self._recount(uid)
         self._publish(PodChanged(uid, None))
 
@@ -247,6 +260,14 @@ class ClusterCache:
         ``check`` runs against the node *without* this pod's previous assumption; a failing status is
         returned and nothing changes. Returns None on success.
         """
+        previous = self.ledger.get(pod.uid)
+        if previous is not None and previous.held_for and previous.node == node:
+            # A gang member bound where its plan held room for it: it already counts there (the plan
+            # checked the fit and the hold kept others off), so it turns into an assumption in place.
+            now = self.clock()
+            self.ledger[pod.uid] = Assumption(replace(pod, node_name=node), node, now, now + self.assume_ttl)
+            self._recount(pod.uid)
+            return None
         previous = self.ledger.pop(pod.uid, None)
         if previous is not None:
             self._recount(pod.uid)
@@ -262,6 +283,12 @@ class ClusterCache:
         self.ledger[pod.uid] = Assumption(replace(pod, node_name=node), node, now, now + self.assume_ttl)
         self._recount(pod.uid)
         return None
+
+    def hold(self, pod: PodInfo, node: str, until: float, group: str) -> None:
+        """Count a gang member on the node its group's plan gave it, until ``until`` (this cache's
+        clock) or its /bind, without checking: the planner decided the fit."""
+        self.ledger[pod.uid] = Assumption(replace(pod, node_name=node), node, self.clock(), until, held_for=group)
+        self._recount(pod.uid)
 
     def forget(self, uid: str) -> None:
         """Drop an assumption (bind failed); a pod the watch has seen bound keeps counting."""

@@ -411,13 +411,22 @@ class DraState:
         return results
 
     # ------------------------------------------------------------------ in flight
-    def begin(self, pod_uid: str, pod: str, node: str, claims: Mapping[str, AllocationResult]) -> InFlight:
-        """Count ``claims``' devices as allocated from now on, replacing the pod's earlier entry."""
+    def begin(
+        self,
+        pod_uid: str,
+        pod: str,
+        node: str,
+        claims: Mapping[str, AllocationResult],
+        expires_at: float | None = None,
+    ) -> InFlight:
+        """Count ``claims``' devices as allocated from now on, replacing the pod's earlier entry, until
+        ``expires_at`` (this state's clock; the in-flight TTL from now by default)."""
         self.end(pod_uid)
         devices = tuple(d for result in claims.values() for d in allocated_device_ids(result))
         shares = tuple(share for result in claims.values() for share in allocated_shares(result))
         now = self.clock()
-        entry = InFlight(pod_uid, pod, node, dict(claims), devices, shares, now, now + self.inflight_ttl)
+        until = now + self.inflight_ttl if expires_at is None else expires_at
+        entry = InFlight(pod_uid, pod, node, dict(claims), devices, shares, now, until)
         self.inflight[pod_uid] = entry
         for device in devices:
             self._inflight_devices[device] = pod_uid

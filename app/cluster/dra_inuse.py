@@ -13,7 +13,7 @@ from typing import Any
 
 from allocator import DeviceID
 
-__all__ = ["AllocatedDevices", "SharedView", "Shares", "unwritten"]
+__all__ = ["AllocatedDevices", "SharedView", "Shares", "TakenAlso", "unwritten"]
 
 Shares = dict[DeviceID, dict[tuple[str, str], Mapping[str, Fraction] | None]]  # device -> (holder, shareID) -> consumed
 DeviceShares = Mapping[tuple[str, str], Mapping[str, Fraction] | None]  # one device's: (holder, shareID) -> consumed
@@ -49,6 +49,21 @@ class AllocatedDevices:
     def __iter__(self) -> Iterator[Any]:
         yield from (d for d, claim in self.claimed.items() if claim not in self.own_claims)
         yield from (d for d, owner in self.inflight.items() if owner != self.pod_uid)
+
+
+@dataclass(frozen=True, slots=True)
+class TakenAlso:
+    """Devices in use plus ``extra`` ones: what a gang's planner gave members placed before."""
+
+    base: AllocatedDevices
+    extra: frozenset[DeviceID]
+
+    def __contains__(self, device: object) -> bool:
+        return device in self.extra or device in self.base
+
+    def __iter__(self) -> Iterator[Any]:
+        yield from self.base
+        yield from (d for d in self.extra if d not in self.base)
 
 
 @dataclass(frozen=True, slots=True)

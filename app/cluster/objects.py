@@ -17,7 +17,9 @@ import msgspec
 import allocator
 from fairshare.errors import QueueConfigError
 from fairshare.flavor import NodeSelectorRequirement, PodPlacement, parse_toleration
+from k8s_semantics.placement import FILTERED_EFFECTS
 from k8s_semantics.quantity import QuantityError
+from k8s_semantics.taints import Taint
 from scoring.framework import PodClaimRef, PodInfo
 from scoring.resources import (
     ContainerExtendedRequest,
@@ -58,6 +60,7 @@ class NodeObject:
     labels: Mapping[str, str]
     unschedulable: bool = False
     resource_version: str = ""
+    taints: tuple[Taint, ...] = ()  # NoSchedule and NoExecute only: what filters pods
 
 
 def _metadata(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
@@ -83,7 +86,20 @@ def node_from_obj(obj: Mapping[str, Any]) -> NodeObject:
         labels=dict(metadata.get("labels") or {}),
         unschedulable=bool(spec.get("unschedulable")),
         resource_version=str(metadata.get("resourceVersion") or ""),
+        taints=_taints(spec.get("taints")),
     )
+
+
+def _taints(raw: Any) -> tuple[Taint, ...]:
+    """The node's NoSchedule and NoExecute taints (malformed entries are skipped: the API server
+    validates taints, and a gang's planner only reads them to leave nodes out)."""
+    if not isinstance(raw, list):
+        return ()
+    taints = []
+    for taint in raw:
+        if isinstance(taint, Mapping) and taint.get("effect") in FILTERED_EFFECTS and isinstance(taint.get("key"), str):
+            taints.append(Taint(key=taint["key"], value=str(taint.get("value") or ""), effect=taint["effect"]))
+    return tuple(taints)
 
 
 _REQUESTS_MEMO = 4096  # distinct pod templates whose parsed requests are kept
@@ -167,8 +183,8 @@ def pod_from_obj(obj: Mapping[str, Any]) -> PodInfo:
         queue_labels=_queue_labels(metadata.get("labels")),
         admitted_at=_admitted_at(metadata, spec, status),
         owner_uid=_controller_uid(metadata.get("ownerReferences")),
-        pod_group=_pod_group(namespace, metadata),
         terminating=bool(metadata.get("deletionTimestamp")),
+        **_group_fields(namespace, metadata, spec, obj),
     )
 
 
@@ -216,18 +232,54 @@ def _controller_uid(refs: Any) -> str:
 
 
 KUEUE_POD_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
+KUEUE_POD_GROUP_TOTAL = "kueue.x-k8s.io/pod-group-total-count"
+KUEUE_REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
+KUEUE_PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
+COSCHEDULING_LABEL = "scheduling.x-k8s.io/pod-group"
 KAI_POD_GROUP_ANNOTATION = "pod-group-name"
 
 
-def _pod_group(namespace: str, metadata: Mapping[str, Any]) -> str:
-    """The pod's gang: a Kueue pod group (label) or a KAI PodGroup (annotation), namespaced; "" for none."""
+def _pod_group(namespace: str, metadata: Mapping[str, Any], spec: Mapping[str, Any]) -> str:
+    """The pod's gang, namespaced, by its source: a Kubernetes 1.36 PodGroup (spec.schedulingGroup),
+    a scheduler-plugins coscheduling PodGroup (label), a Kueue pod group (label) or a KAI PodGroup
+    (annotation); "" for none."""
+    group = spec.get("schedulingGroup")
+    name = group.get("podGroupName") if isinstance(group, Mapping) else None
+    if isinstance(name, str) and name:
+        return f"podgroup:{namespace}/{name}"
     labels = metadata.get("labels")
-    if isinstance(labels, Mapping) and labels.get(KUEUE_POD_GROUP_LABEL):
-        return f"kueue:{namespace}/{labels[KUEUE_POD_GROUP_LABEL]}"
+    if isinstance(labels, Mapping):
+        if labels.get(COSCHEDULING_LABEL):
+            return f"coscheduling:{namespace}/{labels[COSCHEDULING_LABEL]}"
+        if labels.get(KUEUE_POD_GROUP_LABEL):
+            return f"kueue:{namespace}/{labels[KUEUE_POD_GROUP_LABEL]}"
     annotations = metadata.get("annotations")
     if isinstance(annotations, Mapping) and annotations.get(KAI_POD_GROUP_ANNOTATION):
         return f"kai:{namespace}/{annotations[KAI_POD_GROUP_ANNOTATION]}"
     return ""
+
+
+def _group_fields(
+    namespace: str, metadata: Mapping[str, Any], spec: Mapping[str, Any], obj: Mapping[str, Any]
+) -> dict[str, Any]:
+    """What a gang's planner reads of a pod: its group, Kueue's size and topology annotations, and,
+    for a grouped pod, its node constraints. Malformed annotations count as absent."""
+    group = _pod_group(namespace, metadata, spec)
+    if not group:
+        return {}
+    annotations = metadata.get("annotations")
+    annotations = annotations if isinstance(annotations, Mapping) else {}
+    total = annotations.get(KUEUE_POD_GROUP_TOTAL)
+    size = int(total) if isinstance(total, str) and total.isdigit() else 0
+    required = annotations.get(KUEUE_REQUIRED_TOPOLOGY)
+    preferred = annotations.get(KUEUE_PREFERRED_TOPOLOGY)
+    return {
+        "pod_group": group,
+        "group_size": size,
+        "topology_required": required if isinstance(required, str) else "",
+        "topology_preferred": preferred if isinstance(preferred, str) else "",
+        "placement": pod_placement(obj),
+    }
 
 
 def _pod_claims(key: str, spec: Mapping[str, Any], status: Mapping[str, Any]) -> tuple[tuple[PodClaimRef, ...], str]:

@@ -27,11 +27,23 @@ from app.cluster.objects import (
     slice_from_obj,
     taint_rule_from_obj,
 )
+from app.cluster.podgroups import (
+    COSCHEDULING,
+    COSCHEDULING_NOT_SERVED,
+    COSCHEDULING_PATH,
+    PODGROUP,
+    PODGROUPS_NOT_SERVED,
+    PODGROUPS_PATH,
+    GroupPolicy,
+    coscheduling_from_obj,
+    podgroup_from_obj,
+)
 from app.operator.metrics import Metrics
 
 __all__ = [
     "DEVICE_TAINT_RULES_NOT_SERVED",
     "DRA_RESOURCES",
+    "GANG_RESOURCES",
     "Reflector",
     "Resource",
     "device_class_resource",
@@ -186,6 +198,31 @@ device_taint_rule_resource = Resource(
 )
 
 DRA_RESOURCES = (device_class_resource, resource_claim_resource, resource_slice_resource, device_taint_rule_resource)
+
+
+def _group_resource(
+    name: str, path: str, source: str, convert: Callable[[dict[str, Any]], GroupPolicy], not_found: str
+) -> Resource:
+    """A PodGroup API kept in the cache's PodGroupStore; optional: a cluster without it has no such groups."""
+    return Resource(
+        name=name,
+        path=path,
+        field_selector="",
+        replace=lambda cache, items: cache.groups.replace(source, items),
+        upsert=lambda cache, obj: cache.groups.upsert(convert(obj)),
+        delete=lambda cache, obj: cache.groups.delete(f"{source}:{_namespaced_name(obj)}"),
+        not_found=not_found,
+        convert=convert,
+        kind="PodGroup",
+        optional=True,
+    )
+
+
+podgroup_resource = _group_resource("podgroups", PODGROUPS_PATH, PODGROUP, podgroup_from_obj, PODGROUPS_NOT_SERVED)
+coscheduling_resource = _group_resource(
+    "coscheduling-podgroups", COSCHEDULING_PATH, COSCHEDULING, coscheduling_from_obj, COSCHEDULING_NOT_SERVED
+)
+GANG_RESOURCES = (podgroup_resource, coscheduling_resource)
 
 
 class Reflector:

@@ -19,6 +19,7 @@ from allocator import AllocationResult, RequestMapping, ResourceClaim, ResourceC
 from app.cluster.cache import ClusterCache
 from app.cluster.dra import DraState
 from app.cluster.objects import CONVERTERS, ObjectError
+from app.cluster.podgroups import COSCHEDULING, PODGROUP, GroupPolicy, group_source, policy_from_obj
 from app.cluster.writes import BindError, ClaimWriteError
 from scoring.framework import PodInfo
 
@@ -116,7 +117,14 @@ def load_snapshot(path: str | Path, cache: ClusterCache) -> dict[str, int]:
     """Fill ``cache``; unknown kinds are counted and skipped, bad objects are an error naming them."""
     found: dict[str, list[Any]] = {kind: [] for kind in CONVERTERS}
     skipped = 0
+    groups: list[GroupPolicy] = []
     for obj in iter_objects(path):
+        if obj.get("kind") == "PodGroup":
+            try:
+                groups.append(policy_from_obj(obj))
+            except ObjectError as exc:
+                raise SnapshotError(f"{path}: {exc}") from None
+            continue
         convert = CONVERTERS.get(obj.get("kind", ""))
         if convert is None:
             skipped += 1
@@ -130,6 +138,8 @@ def load_snapshot(path: str | Path, cache: ClusterCache) -> dict[str, int]:
     cache.dra.replace_classes(found["DeviceClass"])
     cache.dra.replace_claims(found["ResourceClaim"])
     cache.dra.replace_slices(found["ResourceSlice"])
+    for source in (PODGROUP, COSCHEDULING):
+        cache.groups.replace(source, (g for g in groups if group_source(g.key) == source))
     for source in SOURCES:
         state = cache.source(source)
         state.synced = state.connected = True
@@ -140,6 +150,7 @@ def load_snapshot(path: str | Path, cache: ClusterCache) -> dict[str, int]:
         "deviceClasses": len(found["DeviceClass"]),
         "resourceClaims": len(found["ResourceClaim"]),
         "resourceSlices": len(found["ResourceSlice"]),
+        "podGroups": len(groups),
         "skipped": skipped,
     }
 

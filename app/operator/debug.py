@@ -53,6 +53,7 @@ def debug_view(service: ExtenderService, *, include_nodes: bool = True, decision
         "draInFlight": cache.dra.inflight_view(),
         "draBindingConditionsPending": service.binding_waits(),
         "boundWithoutExtender": service.bindless.view(),
+        "gangs": service.gangs_view(),
         "config": service.config.model_dump(mode="json"),
         "decisions": list(service.decisions)[-decisions:] if decisions > 0 else [],
     }

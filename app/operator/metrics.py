@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 __all__ = ["Metrics"]
@@ -19,7 +19,7 @@ class _CacheCollector(Collector):
     def __init__(self, read: Callable[[], dict[str, dict[str, float]]]) -> None:
         self._read = read
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         values = self._read()
         objects = GaugeMetricFamily("kube_gpu_extender_cache_objects", "Objects in the cache.", labels=["kind"])
         for kind, count in values.get("objects", {}).items():
@@ -34,6 +34,25 @@ class _CacheCollector(Collector):
         for resource, value in values.get("synced", {}).items():
             synced.add_metric([resource], value)
         yield synced
+        if "gang_plans" in values:
+            plans = GaugeMetricFamily(
+                "kube_gpu_extender_gang_plans", "Gangs whose plan holds room for members not bound yet."
+            )
+            plans.add_metric([], values["gang_plans"].get("", 0.0))
+            yield plans
+            held = GaugeMetricFamily(
+                "kube_gpu_extender_gang_held_pods", "Gang members holding room on their planned node, not bound yet."
+            )
+            held.add_metric([], values["gang_held_pods"].get("", 0.0))
+            yield held
+            decisions = CounterMetricFamily(
+                "kube_gpu_extender_gang_decisions",
+                "Gang decisions by outcome: planned, unschedulable, waiting, released, complete.",
+                labels=["outcome"],
+            )
+            for outcome, count in values.get("gang_decisions", {}).items():
+                decisions.add_metric([outcome], count)
+            yield decisions
         shares = values.get("queue_weighted_share")
         if shares is not None:
             share = GaugeMetricFamily(

@@ -1,4 +1,4 @@
-"""The pipeline a configuration asks for: resource fit (always), DRA claims, queues."""
+"""The pipeline a configuration asks for: resource fit (always), DRA claims, queues, gangs."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from app.pipeline.dynamicresources import ClaimWriter, DynamicResources
 from app.pipeline.fairness import Fairness, FlavorFairness
 from app.pipeline.fit import ResourceFit
 from app.pipeline.framework import Participant, Pipeline
+from app.pipeline.gangs import Gangs
 from app.pipeline.queues import Queues
 from scoring.managed_fit import ManagedResourcesFit
 
@@ -24,18 +25,22 @@ def build_pipeline(
     claim_writer: ClaimWriter | None,
     wall_clock: Callable[[], float] = time.time,
 ) -> tuple[Pipeline, ResourceFit]:
-    """The participants in order (fit, claims, queues), and the resource fit (the pipeline's scorer)."""
+    """The participants in order (fit, claims, queues, gangs), and the resource fit (the pipeline's scorer)."""
     cache.dra.proposal_ttl = config.dra.proposalTTLSeconds
     fairness = Fairness.attach(cache, config.queue_config(), wall_clock)
-    profile = config.build_profile(FlavorFairness(fairness))
+    profile = config.build_profile(FlavorFairness(fairness) if fairness is not None else None)
     fit = ResourceFit(
         cache, profile, ManagedResourcesFit(config.managed_resource_names), config.priorityScale, config.tie_break()
     )
     participants: list[Participant] = [fit]
+    dra = None
     # Pods with ResourceClaims are ours to allocate only when DRA is on and claims can be written.
     if config.dra.enabled and claim_writer is not None:
         dra = DynamicResources(cache.dra, wall_clock=wall_clock, allocatable=cache.allocatable)
         participants.append(DraClaims(dra, claim_writer, config.dra.bindingTimeoutSeconds))
     if fairness is not None:
         participants.append(Queues(fairness))
+    # Last: a gang member's filter keeps, of what the others passed, the node its group's plan gave it.
+    if config.gangs.enabled:
+        participants.append(Gangs(config.gangs, cache, dra, fairness, wall_clock))
     return Pipeline(participants), fit

@@ -32,6 +32,7 @@ from allocator import (
     AllocationError,
     AllocationResult,
     Allocator,
+    DeviceID,
     DeviceRequestAllocationResult,
     ExtendedClaimPlan,
     RequestMapping,
@@ -42,6 +43,7 @@ from allocator import (
     node_selector_matches,
 )
 from app.cluster.dra import DraState
+from app.cluster.dra_inuse import TakenAlso
 from app.cluster.writes import ClaimWriteError
 from app.pipeline.dra_fast_path import FastPath, FastVerdicts
 from app.pipeline.extended_claims import ExtendedClaims
@@ -179,15 +181,39 @@ class DynamicResources:
         return ""
 
     # ------------------------------------------------------------------ Filter
-    def allocator(self, pod_uid: str) -> Allocator:
+    def allocator(self, pod_uid: str, also_taken: frozenset[DeviceID] = frozenset()) -> Allocator:
+        """The allocator for one pod's claims; ``also_taken``: devices a gang's plan has given to
+        members placed before this one (not written anywhere yet)."""
         state = self.state
+        allocated = state.allocated_view(pod_uid)
         return Allocator(
             state.classes,
-            state.allocated_view(pod_uid),
+            TakenAlso(allocated, also_taken) if also_taken else allocated,
             state.selectors,
             state.shared_view(pod_uid),
             taint_rules=state.taint_rules,
         )
+
+    # ------------------------------------------------------------------ gangs
+    def plan_on(
+        self, pod: PodInfo, claims: PodClaims, node: str, taken: frozenset[DeviceID]
+    ) -> tuple[AllocationResult, ...] | None:
+        """The devices a gang member's claims would get on ``node`` next to ``taken`` (the devices of
+        members planned there before it); None when they do not fit."""
+        status, results = self.filter(self.allocator(pod.uid, taken), claims, node)
+        return results if status.passed and results is not None else None
+
+    def hold(
+        self, pod: PodInfo, claims: PodClaims, node: str, results: tuple[AllocationResult, ...], until: float
+    ) -> None:
+        """Count a gang member's planned devices as in flight until ``until`` (or its /bind)."""
+        held = {claim.key: result for claim, result in zip(claims.unallocated, results, strict=False)}
+        if len(results) > len(claims.unallocated) and claims.extended is not None:
+            special = claims.extended.for_node(self.allocatable(node))
+            if special is not None:
+                held[special[0].key] = results[len(claims.unallocated)]
+        if held:
+            self.state.begin(pod.uid, pod.key, node, held, expires_at=until)
 
     def filter(
         self, allocator: Allocator, claims: PodClaims, node: str

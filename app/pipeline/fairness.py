@@ -23,7 +23,7 @@ from app.cluster.cache_events import CacheEvent, Counted, NodeChanged, PodChange
 from app.cluster.objects import NodeObject
 from app.cluster.workloads import WorkloadAdmissions, kueue_group_name
 from app.pipeline.nodes import REASON_NODE_NOT_IN_CACHE
-from fairshare.admission import Verdict
+from fairshare.admission import Verdict, check_quota
 from fairshare.assignment import FlavorVerdict, QueuedPod, counted_usage, judge, queued_pod
 from fairshare.config import QueueConfig
 from fairshare.flavor import PodPlacement
@@ -31,7 +31,7 @@ from fairshare.flavor_fairness import NAME as FLAVOR_FAIRNESS
 from fairshare.flavor_fairness import flavor_fairness_score
 from fairshare.kai_usage import KaiUsage, SchedulerVictim, Share
 from fairshare.preemption import Candidate
-from fairshare.quota import TreeUsage, Usage
+from fairshare.quota import FlavorResource, TreeUsage, Usage
 from fairshare.requests import kai_amounts, kueue_amounts, queue_requests
 from fairshare.usage import Contribution, QueueUsage, queues_view
 from fairshare.victims import PreemptChoice, kueue_victims
@@ -293,6 +293,46 @@ class Fairness:
         self.record("bind", pod, queued, node=node, action="refused", reason=rejection[1])
         return rejection[1]
 
+    def group_admits(self, placements: Sequence[tuple[PodInfo, str]]) -> str:
+        """Whether the queues take a gang's members at once on these nodes ("" when they do, else why
+        not): a gang is one workload, so its quota is judged for the sum of its members. None of the
+        members is counted yet (a group's holds are released before it is planned again)."""
+        snap: TreeUsage | None = None
+        kueue: dict[str, dict[FlavorResource, float]] = {}
+        kai: dict[str, dict[str, int]] = {}
+        nodes = self._nodes()
+        for pod, node in placements:
+            queued = self.queued(pod)
+            if queued is None:
+                continue
+            if queued.missing:
+                return queued.missing
+            if queued.kind == "kai":
+                kai_total = kai.setdefault(queued.queue, {})
+                for resource, amount in queued.requests.items():
+                    kai_total[resource] = kai_total.get(resource, 0) + int(amount)
+                continue
+            if not queued.covered:
+                continue
+            snap = snap if snap is not None else self.usage.snapshot()
+            labels = nodes[node].labels if node in nodes else {}
+            judged = judge(self.config, queued, pod.placement or self.placement(pod.uid), labels, snap)
+            if not judged.flavors:
+                return judged.reason
+            total = kueue.setdefault(queued.queue, {})
+            for flavor_resource, amount in judged.request.items():
+                total[flavor_resource] = total.get(flavor_resource, 0.0) + amount
+        for queue, request in kueue.items():
+            assert snap is not None
+            verdict = check_quota(snap, queue, request)
+            if verdict.verdict is not Verdict.FITS:
+                return verdict.reason
+        for queue, requests in kai.items():
+            rejection = self._kai().check("", queue, requests)
+            if rejection is not None:
+                return rejection[1]
+        return ""
+
     def record_bind(self, pod: PodInfo, node: str) -> None:
         """An admission: the flavors the pod took, whether it borrows, and its queue's share now."""
         queued = self.queued(pod)
@@ -435,26 +475,23 @@ class Fairness:
 class FlavorFairness:
     """The FlavorFairness score plugin, combined with the others by its profile weight.
 
-    It reads queue state the pure scoring plugins cannot see, so it lives on the adapter side; it
-    applies only to pods of a Kueue ClusterQueue (others are scored by the rest of the profile).
+    It reads queue state the pure scoring plugins cannot see, so it lives on the adapter side; it is
+    built only when queues are on, and applies only to pods of a Kueue ClusterQueue (others are
+    scored by the rest of the profile).
     """
 
     name = FLAVOR_FAIRNESS
 
-    def __init__(self, fairness: Fairness | None) -> None:
+    def __init__(self, fairness: Fairness) -> None:
         self.fairness = fairness
 
     def applies(self, pod: PodInfo) -> bool:
-        if self.fairness is None:
-            return False
         queued = self.fairness.queued(pod)
         # Pods of no ClusterQueue, or requesting nothing it covers, have no flavor to prefer.
         return queued is not None and queued.kind == "kueue" and not queued.missing and bool(queued.covered)
 
     def score(self, pod: PodInfo, node: NodeInfo) -> int:
-        return int(self.fairness.scores(pod, [node.name])[0]) if self.fairness is not None else 0
+        return int(self.fairness.scores(pod, [node.name])[0])
 
     def score_batch(self, pod: PodInfo, batch: Any) -> Any:
-        if self.fairness is None:
-            return np.zeros(len(batch), dtype=np.int64)
         return self.fairness.scores(pod, batch.names)

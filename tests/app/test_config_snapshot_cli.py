@@ -108,7 +108,7 @@ def test_snapshot_formats(tmp_path: Path) -> None:
         cache = ClusterCache()
         counts = load_snapshot(path, cache)
         dra = {"deviceClasses": 0, "resourceClaims": 0, "resourceSlices": 0}
-        assert counts == {"nodes": nodes, "pods": 1, "skipped": 0, **dra}
+        assert counts == {"nodes": nodes, "pods": 1, "podGroups": 0, "skipped": 0, **dra}
         assert cache.usage("g1").requested["nvidia.com/gpu"] == 1
 
 

@@ -9,6 +9,7 @@ from typing import Any
 import yaml
 
 from app.cluster.kueue_watch import KUEUE_KINDS
+from app.cluster.reflector import GANG_RESOURCES
 from app.config import parse_config
 from k8s_semantics.quantity import parse_quantity
 from tests.e2e.controlplane import scheduler_container
@@ -112,6 +113,14 @@ def test_rbac_lets_the_reclaimer_evict_write_events_and_read_workloads() -> None
     assert ("", "pods", "delete") not in granted  # never a direct delete
     assert ("", "events", "create") in granted
     assert {("kueue.x-k8s.io", "workloads", v) for v in ("get", "list", "watch")} <= granted
+
+
+def test_rbac_lets_the_extender_read_every_podgroup_api_it_watches() -> None:
+    granted = _granted()
+    for resource in GANG_RESOURCES:  # both PodGroup APIs: read-only
+        group = resource.path.split("/")[2]
+        assert {(group, "podgroups", v) for v in ("list", "watch")} <= granted
+        assert {verb for g, r, verb in granted if (g, r) == (group, "podgroups")} == {"get", "list", "watch"}
 
 
 def test_the_image_builds_its_wheel_from_every_package() -> None:
