@@ -133,7 +133,7 @@ class ExtenderService:
     def gangs_view(self) -> dict[str, Any]:
         """The gangs' plans in force, their holds and recent decisions (for /debug and the console)."""
         gangs = self.pipeline.get(Gangs)
-        return gangs.view() if gangs is not None else {"enabled": False, "plans": [], "decisions": []}
+        return gangs.view() if gangs is not None else {"enabled": False, "groups": [], "decisions": []}
 
     @property
     def claim_writer(self) -> ClaimWriter | None:

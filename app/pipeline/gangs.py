@@ -430,33 +430,51 @@ class Gangs(Participant):
         }
 
     def view(self) -> dict[str, Any]:
-        """/debug's ``gangs``: the plans in force with each member's node and state, and recent decisions."""
-        plans = []
-        for key in sorted(self.plans):
-            plan = self.current(key)
-            if plan is None:
+        """/debug's ``gangs``: every gang the cache has members of, each member's node and state
+        (bound, binding, held on its planned node, pending), the plan in force with its holds, or why
+        the group waits; and the recent decisions."""
+        groups = []
+        for key in sorted(self.cache.groups.members):
+            members = sorted(self._member_uids(key), key=lambda uid: self._pod(uid).name)
+            group = self.group_of(self._pod(members[0])) if members else None
+            if group is None:
                 continue
-            members = []
-            for uid, node in plan.placements.items():
-                pod = self.cache.pods.get(uid)
-                state = "bound" if pod is not None and pod.node_name else "held"
-                assumption = self.cache.ledger.get(uid)
-                if state == "held" and assumption is not None and not assumption.held_for:
-                    state = "binding"
-                members.append({"pod": plan.members[uid], "uid": uid, "node": node, "state": state})
-            plans.append(
-                {
-                    "group": key,
-                    "minCount": plan.group.min_count,
-                    "topology": plan.group.topology.describe() if plan.group.topology else None,
+            plan = self.current(key)
+            entry: dict[str, Any] = {
+                "group": key,
+                "minCount": group.min_count,
+                "topology": group.topology.describe() if group.topology else None,
+                "members": [self._member_view(uid, plan) for uid in members],
+                "plan": None,
+                "reason": group.missing or self._last_reason(key),
+            }
+            if plan is not None:
+                entry["plan"] = {
                     "domain": plan.domain,
                     "plannedAt": plan.planned_at,
                     "holdExpiresInSeconds": round(plan.deadline - self.cache.clock(), 3),
-                    "members": members,
                     "held": self._held_totals(plan),
                 }
-            )
-        return {"enabled": True, "plans": plans, "decisions": list(self.decisions)}
+                entry["reason"] = ""
+            groups.append(entry)
+        return {"enabled": True, "groups": groups, "decisions": list(self.decisions)}
+
+    def _member_view(self, uid: str, plan: GangPlan | None) -> dict[str, Any]:
+        pod = self._pod(uid)
+        assumption = self.cache.ledger.get(uid)
+        if pod.node_name:
+            state, node = "bound", pod.node_name
+        elif assumption is not None:
+            state, node = ("held" if assumption.held_for else "binding"), assumption.node
+        else:
+            state, node = "pending", plan.placements.get(uid, "") if plan is not None else ""
+        return {"pod": pod.key, "uid": uid, "node": node, "state": state}
+
+    def _last_reason(self, key: str) -> str:
+        for decision in reversed(self.decisions):
+            if decision["group"] == key:
+                return str(decision["reason"]) if decision["outcome"] in ("waiting", "unschedulable") else ""
+        return ""
 
     def _held_totals(self, plan: GangPlan) -> dict[str, int]:
         totals: Counter[str] = Counter()

@@ -103,7 +103,7 @@ def test_two_competing_groups_never_both_end_up_partly_placed() -> None:
     assert sum(service.cache.usage(n).requested.get(GPU, 0) for n in EIGHT) == 48
     for pod in a:
         assert bind_pod(service, pod, given[pod["metadata"]["name"]]) == {"Error": ""}
-    assert service.gangs_view()["plans"] == []  # complete: nothing held any more
+    assert all(g["plan"] is None for g in service.gangs_view()["groups"])  # complete: nothing held any more
     # Delete group a: group b is planned whole.
     for pod in a:
         service.cache.delete_pod(pod["metadata"]["uid"])
@@ -117,6 +117,9 @@ def test_members_that_do_not_exist_yet_wait_without_holding_anything() -> None:
     service = service_with([node_obj(n) for n in EIGHT], [podgroup("a", 4)], pods)
     assert reasons(service, pods[0], EIGHT) == {"gang default/a: 3 of 4 members exist; waiting for the rest"}
     assert sum(service.cache.usage(n).requested.get(GPU, 0) for n in EIGHT) == 0
+    (waiting,) = service.gangs_view()["groups"]
+    assert (waiting["plan"], waiting["reason"]) == (None, "gang default/a: 3 of 4 members exist; waiting for the rest")
+    assert {m["state"] for m in waiting["members"]} == {"pending"}
     fourth = member("a", 3)
     service.cache.upsert_pod(pod_from_obj(fourth))
     assert len(passed(service, pods[0], EIGHT)) == 1
@@ -195,8 +198,8 @@ def test_a_coscheduling_podgroup_names_its_timeout() -> None:
         )
     )
     assert len(passed(service, pods[0], EIGHT[:3])) == 1
-    (plan,) = service.gangs_view()["plans"]
-    assert plan["holdExpiresInSeconds"] == 30.0
+    (group,) = service.gangs_view()["groups"]
+    assert group["plan"]["holdExpiresInSeconds"] == 30.0
 
 
 def test_holds_run_out_and_the_room_goes_back() -> None:
@@ -223,9 +226,9 @@ def test_a_member_bound_renews_the_holds_of_the_rest() -> None:
     (node,) = passed(service, gang[0], EIGHT[:2])
     clock.now += 200
     assert bind_pod(service, gang[0], node) == {"Error": ""}
-    (plan,) = service.gangs_view()["plans"]
-    assert plan["holdExpiresInSeconds"] == service.config.gangs.holdSeconds
-    assert [m["state"] for m in plan["members"]] == ["bound", "held"]
+    (group,) = service.gangs_view()["groups"]
+    assert group["plan"]["holdExpiresInSeconds"] == service.config.gangs.holdSeconds
+    assert [m["state"] for m in group["members"]] == ["bound", "held"]
 
 
 def test_a_deleted_member_releases_the_groups_holds() -> None:
@@ -233,7 +236,7 @@ def test_a_deleted_member_releases_the_groups_holds() -> None:
     service = service_with([node_obj(n) for n in EIGHT[:3]], [podgroup("a", 3)], gang)
     assert len(passed(service, gang[0], EIGHT[:3])) == 1
     service.cache.delete_pod("a-2")
-    assert service.gangs_view()["plans"] == []
+    assert all(g["plan"] is None for g in service.gangs_view()["groups"])
     assert sum(service.cache.usage(n).requested.get(GPU, 0) for n in EIGHT[:3]) == 0
     assert service.gangs_view()["decisions"][-1]["outcome"] == "released"
 
@@ -242,8 +245,8 @@ def test_a_planned_node_kube_scheduler_no_longer_offers_is_planned_again() -> No
     gang = [member("a", i) for i in range(2)]
     service = service_with([node_obj(n) for n in EIGHT[:3]], [podgroup("a", 2)], gang)
     passed(service, gang[0], EIGHT[:3])
-    (plan,) = service.gangs_view()["plans"]
-    node_of_second = next(m["node"] for m in plan["members"] if m["pod"] == "default/a-1")
+    (group,) = service.gangs_view()["groups"]
+    node_of_second = next(m["node"] for m in group["members"] if m["pod"] == "default/a-1")
     offered = [n for n in EIGHT[:3] if n != node_of_second]
     (again,) = passed(service, gang[1], offered)
     assert again in offered
@@ -255,7 +258,7 @@ def test_other_pods_do_not_take_a_groups_held_room() -> None:
     service = service_with([node_obj(n) for n in EIGHT[:3]], [podgroup("a", 2)], [*gang, loner])
     passed(service, gang[0], EIGHT[:3])
     (free,) = passed(service, loner, EIGHT[:3])
-    held = {m["node"] for m in service.gangs_view()["plans"][0]["members"]}
+    held = {m["node"] for m in service.gangs_view()["groups"][0]["members"]}
     assert free not in held
 
 
