@@ -234,7 +234,10 @@ class Gangs(Participant):
         members = tuple(Member(m.uid, m.key, demand_of(m), kind_of(m)) for m in pending)
         eligible = self._eligible(rooms, pending, members, pod, cycle, released or set())
         nodes = frozenset().union(*eligible.values()) if eligible else frozenset()
-        labels = {name: self.cache.nodes[name].labels for name in nodes}
+        # The labels of the nodes members already run on too: they fix the group's domain.
+        labels = {
+            name: self.cache.nodes[name].labels for name in nodes | set(placed.values()) if name in self.cache.nodes
+        }
         room_of = rooms.rooms(nodes, members)
         levels = self.config.topologyLevels
         admit = self._admit(pending) if self.fairness is not None else None

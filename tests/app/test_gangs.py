@@ -241,6 +241,16 @@ def test_a_deleted_member_releases_the_groups_holds() -> None:
     assert service.gangs_view()["decisions"][-1]["outcome"] == "released"
 
 
+def test_members_bound_on_full_nodes_still_fix_the_rack() -> None:
+    """The nodes bound members fill are no candidates of the rest, yet their labels decide the domain."""
+    nodes = [racked("a0", "a"), racked("a1", "a"), racked("b0", "b"), racked("b1", "b"), racked("b2", "b")]
+    names = [n["metadata"]["name"] for n in nodes]
+    bound = [member("job", i, node=f"b{i}", phase="Running") for i in range(2)]
+    rest = member("job", 2)
+    service = service_with(nodes, [podgroup("job", 3, topology=RACK)], [*bound, rest])
+    assert passed(service, rest, [n for n in names if n not in ("b0", "b1")]) == ["b2"]
+
+
 def test_a_planned_node_kube_scheduler_no_longer_offers_is_planned_again() -> None:
     gang = [member("a", i) for i in range(2)]
     service = service_with([node_obj(n) for n in EIGHT[:3]], [podgroup("a", 2)], gang)

@@ -22,6 +22,7 @@ from tests.e2e.api import pod_manifest
 from tests.e2e.binaries import Missing, locate_binaries
 from tests.e2e.controlplane import ControlPlane, Extender, extender_config
 from tests.e2e.kueue import install_crds
+from tests.e2e.podgroups import install_coscheduling_crd
 from tests.e2e.process import stop_children_on_sigterm, wait_for
 
 GPU = "nvidia.com/gpu"
@@ -68,6 +69,7 @@ def cluster(binaries: dict[str, Path], tmp_path_factory: pytest.TempPathFactory)
                 },
             )
         plane.start_controller_manager()
+        install_coscheduling_crd(plane.admin)  # scheduler-plugins' PodGroup, for the gang tests
         extender = plane.start_extender(extender_config())
         plane.start_scheduler(extender.port)
         yield Cluster(plane, extender)

@@ -208,9 +208,12 @@ class ControlPlane:
                 f"--service-account-key-file={self.workdir / 'sa.pub'}",
                 f"--service-account-signing-key-file={self.workdir / 'sa.key'}",
                 "--service-cluster-ip-range=10.0.0.0/24",
-                # DeviceTaintRules are resource.k8s.io/v1beta2 (beta API, off by default) behind DRADeviceTaintRules.
-                "--runtime-config=resource.k8s.io/v1beta2=true",
-                "--feature-gates=DRADeviceTaintRules=true",
+                # DeviceTaintRules are resource.k8s.io/v1beta2 (beta API, off by default) behind DRADeviceTaintRules;
+                # the 1.36 PodGroup API (scheduling.k8s.io/v1alpha2, alpha) behind GenericWorkload, its topology
+                # constraint behind TopologyAwareWorkloadScheduling. kube-scheduler's own gang cycle stays off
+                # unless a test starts one with GangScheduling.
+                "--runtime-config=resource.k8s.io/v1beta2=true,scheduling.k8s.io/v1alpha2=true",
+                "--feature-gates=DRADeviceTaintRules=true,GenericWorkload=true,TopologyAwareWorkloadScheduling=true",
             ],
             self.workdir / "logs" / "kube-apiserver.log",
         ).start()
