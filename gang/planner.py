@@ -139,25 +139,32 @@ def _fill(
     for members in kinds:
         allowed = eligible(members[0])
         left = len(members)
-        caps = {}
+        # (capacity for this kind, free main resource, name) of every node that takes one: a node's
+        # capacity does not change until it is used, and each node is used once per kind, so one
+        # sort serves the whole kind (capacities are capped at the members to place).
+        nodes = []
         for name in domain.nodes:
             if allowed is not None and name not in allowed:
                 continue
             room = trial.get(name, rooms[name])
             count = capacity(room, members[0], left)
             if count > 0:
-                caps[name] = count
-        if sum(caps.values()) < left:
+                nodes.append((count, room.free(main), name))
+        if sum(count for count, _, _ in nodes) < left:
             return None
-        index = 0
+        nodes.sort(key=lambda entry: (-entry[0], entry[1], entry[2]))
+        index = start = 0
         while left > 0:
-            fitting = [name for name, count in caps.items() if count >= left]
-            if fitting:  # the tightest node that takes the rest (capacities are capped at the rest)
-                node = min(fitting, key=lambda n: (trial.get(n, rooms[n]).free(main), n))
+            count, _, node = nodes[start]
+            if count >= left:  # the tightest node that takes the rest: among those that can, least free
+                end = start
+                while end < len(nodes) and nodes[end][0] >= left:
+                    end += 1
+                _, _, node = min(nodes[start:end], key=lambda entry: (entry[1], entry[2]))
                 taking = left
             else:  # the node that takes the most
-                node = min(caps, key=lambda n: (-caps[n], trial.get(n, rooms[n]).free(main), n))
-                taking = caps[node]
+                start += 1
+                taking = count
             room = trial.get(node, rooms[node])
             for _ in range(taking):
                 taken = room.take(members[index])
@@ -167,7 +174,6 @@ def _fill(
                 placement[members[index].uid] = node
                 index += 1
             trial[node] = room
-            del caps[node]
             left -= taking
     return placement
 
