@@ -99,6 +99,26 @@ def test_the_preempt_example_keeps_one_node_and_drops_the_other() -> None:
     assert dropped == {"l4-1": "Insufficient nvidia.com/gpu"}
 
 
+def test_the_gang_example_plans_the_podgroup_into_one_rack_and_packs_the_sweep() -> None:
+    service = _service("config-gangs.yaml", "gangs.yaml")
+    assert service.config.gangs.topologyLevels == ["example.com/block", "example.com/rack", "kubernetes.io/hostname"]
+    answer = service.filter(_request("gang-member.json"))
+    assert answer["NodeNames"] == ["rack-b-1"]
+    groups = {g["group"]: g for g in service.gangs_view()["groups"]}
+    train = groups["podgroup:ml-train/llm-train"]
+    assert train["plan"]["domain"] == "example.com/rack=rack-b"
+    assert {(m["node"], m["state"]) for m in train["members"]} == {(f"rack-b-{i}", "held") for i in (1, 2, 3)}
+    sweep = next(p for p in service.cache.pods.values() if p.name == "sweep-0")
+    body = json.dumps({"Pod": {"metadata": {"name": "sweep-0", "namespace": "ml-train", "uid": sweep.uid,
+                                            "labels": {"scheduling.x-k8s.io/pod-group": "sweep"}},
+                               "spec": {"containers": [{"name": "trial", "resources": {"requests": {
+                                   "cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "4"}}}]}},
+                       "NodeNames": ["rack-a-1", "rack-a-2"]}).encode()  # fmt: skip
+    assert service.filter(body)["NodeNames"] == ["rack-a-1"]
+    groups = {g["group"]: g for g in service.gangs_view()["groups"]}
+    assert {m["node"] for m in groups["coscheduling:ml-train/sweep"]["members"]} == {"rack-a-1"}  # packed
+
+
 def test_the_alerting_rules_name_only_metrics_the_extender_exports() -> None:
     rules = yaml.safe_load((EXAMPLES / "prometheus-rules.yaml").read_text(encoding="utf-8"))
     expressions = [rule["expr"] for group in rules["groups"] for rule in group["rules"]]
