@@ -188,8 +188,8 @@ def plan_group(
 ) -> Plan | Rejection:
     """Place the group's first ``needed`` members (all of them or none).
 
-    ``rooms``: the nodes the group may use and what each has left. ``eligible``: the nodes a member
-    may use (None: every node of ``rooms``). ``levels``: the cluster's topology levels, widest first.
+    ``rooms``: the nodes the group was offered and what each has left (a reason counts their free
+    room). ``eligible``: the nodes of those a member may use (None: every one). ``levels``: the cluster's topology levels, widest first.
     ``admit``: the queues' verdict on a whole placement, tried on each fitting domain in turn.
     """
     members = group.members[: group.needed]
@@ -229,7 +229,7 @@ def plan_group(
                 return Plan(placement, domain)
             refused = refused or verdict
         if not fitting:
-            reasons.append(_freest(group, candidates, rooms, eligible, main, level))
+            reasons.append(_freest(candidates, rooms, main, level))
     if refused:
         return Rejection(f"gang {group.key}: {shape}: {refused}")
     return Rejection(f"gang {group.key}: {shape}; {'; '.join(reasons)}")
@@ -249,24 +249,10 @@ def _shape(group: GroupRequest, members: Sequence[Member], main: str) -> str:
     return asked
 
 
-def _freest(
-    group: GroupRequest,
-    candidates: Sequence[Domain],
-    rooms: Mapping[str, Room],
-    eligible: Callable[[Member], frozenset[str] | None],
-    main: str,
-    level: str,
-) -> str:
-    """The freest domain of a level, in the main resource, on the nodes the members may use."""
-    allowed: set[str] | None = None
-    for member in group.members[: group.needed]:
-        nodes = eligible(member)
-        if nodes is not None:
-            allowed = set(nodes) if allowed is None else allowed | nodes
-    best = 0
-    for domain in candidates:
-        free = sum(rooms[n].free(main) for n in domain.nodes if allowed is None or n in allowed)
-        best = max(best, free)
+def _freest(candidates: Sequence[Domain], rooms: Mapping[str, Room], main: str, level: str) -> str:
+    """The freest domain of a level, in the main resource, over the nodes of ``rooms`` (those the
+    group was offered)."""
+    best = max((sum(rooms[n].free(main) for n in domain.nodes) for domain in candidates), default=0)
     if level == ANYWHERE:
         return f"{amount_text(main, best)} free on the nodes the members may use"
     return f"the freest {level} has {amount_text(main, best)} free"

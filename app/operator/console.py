@@ -1,4 +1,5 @@
-"""The operator console: /debug, /debug/queues and /debug/explain as server-rendered pages under /ui.
+"""The operator console: /debug (with its gangs), /debug/queues and /debug/explain as server-rendered
+pages under /ui.
 
 Same process, same data: each page is built from the functions behind the JSON endpoints and links
 to them. Jinja2 renders with autoescape on, so names, labels and reasons from the cluster are text.
@@ -16,7 +17,7 @@ import functools
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlencode, urlsplit
@@ -27,6 +28,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.staticfiles import StaticFiles
 
 from app.operator.console_cluster import ClusterQuery, cluster_page
+from app.operator.console_groups import GROUP_STATES, OUTCOMES, GroupsQuery, groups_page
 from app.operator.console_views import (
     clock_time,
     decisions_view,
@@ -89,6 +91,21 @@ def _int_param(params: Mapping[str, str], name: str, default: int, low: int, hig
     if not low <= value <= high:
         raise ConsoleError(f"{name} must be between {low} and {high}, got {value}")
     return value
+
+
+def _choice_param(params: Mapping[str, str], name: str, choices: Collection[str]) -> str:
+    raw = params.get(name, "").strip()
+    if raw and raw not in choices:
+        raise ConsoleError(f"{name} must be one of {', '.join(choices)}, got {raw!r}")
+    return raw
+
+
+def groups_query(params: Mapping[str, str]) -> GroupsQuery:
+    return GroupsQuery(
+        group=params.get("group", "").strip(),
+        state=_choice_param(params, "state", GROUP_STATES),
+        outcome=_choice_param(params, "outcome", OUTCOMES),
+    )
 
 
 def cluster_query(params: Mapping[str, str]) -> ClusterQuery:
@@ -195,6 +212,9 @@ def mount_console(app: FastAPI, service: ExtenderService) -> None:
     def health(params: Mapping[str, str]) -> dict[str, Any]:
         return health_view(service)
 
+    def groups(params: Mapping[str, str]) -> dict[str, Any]:
+        return groups_page(service, groups_query(params))
+
     def explain(params: Mapping[str, str]) -> dict[str, Any]:
         """GET: the form, or a pending pod of the cache explained (``?pod=<uid>``)."""
         pods, total = pending_pods(service)
@@ -223,6 +243,7 @@ def mount_console(app: FastAPI, service: ExtenderService) -> None:
         page("cluster.html", "cluster", functools.partial(cluster_context, service))
     )
     app.get(f"{CONSOLE_PREFIX}/queues", include_in_schema=False)(page("queues.html", "queues", queues))
+    app.get(f"{CONSOLE_PREFIX}/groups", include_in_schema=False)(page("groups.html", "groups", groups))
     app.get(f"{CONSOLE_PREFIX}/decisions", include_in_schema=False)(page("decisions.html", "decisions", decisions))
     app.get(f"{CONSOLE_PREFIX}/health", include_in_schema=False)(page("health.html", "health", health))
     app.get(f"{CONSOLE_PREFIX}/explain", include_in_schema=False)(page("explain.html", "explain", explain))

@@ -240,21 +240,26 @@ def _nodes_of(decision: Mapping[str, Any]) -> set[str]:
 
 
 def decisions_view(service: ExtenderService, pod: str = "", node: str = "") -> tuple[list[DecisionRow], int]:
-    """The verbs' and the queues' recent decisions, newest first, filtered by pod (substring of
-    namespace/name) and node (exact); also how many there are before filtering."""
+    """The verbs', the queues' and the gangs' recent decisions, newest first, filtered by pod
+    (substring of namespace/name; of the group's key for a gang decision) and node (exact: gang
+    decisions name none); also how many there are before filtering."""
     entries: list[tuple[str, Mapping[str, Any]]] = [("verb", d) for d in service.decisions]
     if service.fairness is not None:
         entries += [("queue", d) for d in service.fairness.decisions]
+    entries += [("gang", d) for d in service.gangs_view()["decisions"]]
     rows = []
     for source, d in entries:
-        if pod and pod.lower() not in str(d.get("pod", "")).lower():
+        who = str(d.get("group" if source == "gang" else "pod", ""))
+        if pod and pod.lower() not in who.lower():
             continue
         if node and node not in _nodes_of(d):
             continue
         details = [(k, detail_text(v)) for k, v in d.items() if k not in _DECISION_COLUMNS]
+        if source == "gang":
+            details = [(k, v) for k, v in details if k != "group" and (k, v) != ("count", "1")]
         outcome = str(d.get("outcome") or d.get("action") or "")
         at = float(d.get("time", 0.0))
-        verb, who = str(d.get("verb", "")), str(d.get("pod", ""))
+        verb = "gang" if source == "gang" else str(d.get("verb", ""))
         rows.append(DecisionRow(at, clock_time(at), verb, source, who, outcome, details))
     rows.sort(key=lambda r: r.time, reverse=True)
     return rows, len(entries)

@@ -23,6 +23,7 @@ def _ledger(service: ExtenderService, now: float) -> list[dict[str, Any]]:
             "ageSeconds": round(now - a.assumed_at, 3),
             "expiresInSeconds": round(a.expires_at - now, 3),
             "requests": dict(a.pod.resources.requests),
+            "heldFor": a.held_for,  # a gang member's hold on its planned node ("" for a /bind's assumption)
         }
         for a in service.cache.ledger.values()
     ]

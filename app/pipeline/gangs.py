@@ -23,7 +23,7 @@ no two members are promised the same GPUs or devices.
 from __future__ import annotations
 
 import time
-from collections import Counter, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,6 +45,7 @@ from scoring.framework import SUCCESS, Code, NodeInfo, PodInfo, Status
 __all__ = ["GangGroup", "GangPlan", "Gangs"]
 
 _DECISIONS = 100
+_LAST_OUTCOMES = 10_000  # groups whose last outcome is kept (their state while they have no plan)
 _SOURCES = {PODGROUP: "scheduling.k8s.io/v1alpha2", COSCHEDULING: "scheduling.x-k8s.io/v1alpha1"}
 
 
@@ -97,6 +98,7 @@ class Gangs(Participant):
         self.wall_clock = wall_clock
         self.plans: dict[str, GangPlan] = {}
         self.decisions: deque[dict[str, Any]] = deque(maxlen=_DECISIONS)
+        self.last: OrderedDict[str, tuple[str, str]] = OrderedDict()  # group -> (last outcome, its reason)
         self.outcomes: Counter[str] = Counter()
         cache.groups.listeners.append(self._group_changed)
 
@@ -234,6 +236,8 @@ class Gangs(Participant):
         members = tuple(Member(m.uid, m.key, demand_of(m), kind_of(m)) for m in pending)
         eligible = self._eligible(rooms, pending, members, pod, cycle, released or set())
         nodes = frozenset().union(*eligible.values()) if eligible else frozenset()
+        if cycle is not None:  # a reason counts the room of every node kube-scheduler offered
+            nodes |= frozenset(cycle.names)
         # The labels of the nodes members already run on too: they fix the group's domain.
         labels = {
             name: self.cache.nodes[name].labels for name in nodes | set(placed.values()) if name in self.cache.nodes
@@ -433,23 +437,29 @@ class Gangs(Participant):
         }
 
     def view(self) -> dict[str, Any]:
-        """/debug's ``gangs``: every gang the cache has members of, each member's node and state
-        (bound, binding, held on its planned node, pending), the plan in force with its holds, or why
-        the group waits; and the recent decisions."""
+        """/debug's ``gangs``: every gang the cache knows (by its members or its PodGroup), its
+        ``state`` (planned, waiting, unschedulable, released, complete, or new: not judged yet), each
+        member's node and state (bound, binding, held on its planned node, pending, finished), the
+        plan with its holds or why the group waits; and the recent decisions. A read: a plan whose
+        holds ran out shows until the next member's filter releases it."""
         groups = []
-        for key in sorted(self.cache.groups.members):
+        policies = self.cache.groups.policies
+        keys = set(self.cache.groups.members) | {k for k, p in policies.items() if p.min_count > 0}
+        for key in sorted(keys):
             members = sorted(self._member_uids(key), key=lambda uid: self._pod(uid).name)
-            group = self.group_of(self._pod(members[0])) if members else None
+            group = self.group_of(self._pod(members[0])) if members else self._policy_group(key)
             if group is None:
                 continue
-            plan = self.current(key)
+            plan = self.plans.get(key)
+            outcome, reason = self.last.get(key, ("new", ""))
             entry: dict[str, Any] = {
                 "group": key,
                 "minCount": group.min_count,
                 "topology": group.topology.describe() if group.topology else None,
+                "state": "planned" if plan is not None else outcome,
                 "members": [self._member_view(uid, plan) for uid in members],
                 "plan": None,
-                "reason": group.missing or self._last_reason(key),
+                "reason": group.missing or (reason if plan is None and outcome != "complete" else ""),
             }
             if plan is not None:
                 entry["plan"] = {
@@ -458,26 +468,29 @@ class Gangs(Participant):
                     "holdExpiresInSeconds": round(plan.deadline - self.cache.clock(), 3),
                     "held": self._held_totals(plan),
                 }
-                entry["reason"] = ""
             groups.append(entry)
         return {"enabled": True, "groups": groups, "decisions": list(self.decisions)}
+
+    def _policy_group(self, key: str) -> GangGroup | None:
+        """A PodGroup that has no pods in the cache yet."""
+        policy = self.cache.groups.policies.get(key)
+        if policy is None or policy.min_count <= 0:
+            return None
+        topology = TopologyRequest(policy.topology_key, True) if policy.topology_key else None
+        return GangGroup(key, policy.min_count, policy.timeout_seconds or self.config.holdSeconds, topology)
 
     def _member_view(self, uid: str, plan: GangPlan | None) -> dict[str, Any]:
         pod = self._pod(uid)
         assumption = self.cache.ledger.get(uid)
-        if pod.node_name:
+        if pod.terminal:
+            state, node = "finished", pod.node_name
+        elif pod.node_name:
             state, node = "bound", pod.node_name
         elif assumption is not None:
             state, node = ("held" if assumption.held_for else "binding"), assumption.node
         else:
             state, node = "pending", plan.placements.get(uid, "") if plan is not None else ""
         return {"pod": pod.key, "uid": uid, "node": node, "state": state}
-
-    def _last_reason(self, key: str) -> str:
-        for decision in reversed(self.decisions):
-            if decision["group"] == key:
-                return str(decision["reason"]) if decision["outcome"] in ("waiting", "unschedulable") else ""
-        return ""
 
     def _held_totals(self, plan: GangPlan) -> dict[str, int]:
         totals: Counter[str] = Counter()
@@ -501,8 +514,13 @@ class Gangs(Participant):
         }
 
     def _decide(self, group: GangGroup, outcome: str, reason: str) -> None:
-        """Keep a decision for /debug (a group rejected again for the same reason is kept once)."""
+        """Keep a decision for /debug (a group rejected again for the same reason is kept once) and
+        the group's last outcome (its state while it has no plan)."""
         self.outcomes[outcome] += 1
+        self.last[group.key] = (outcome, reason)
+        self.last.move_to_end(group.key)
+        while len(self.last) > _LAST_OUTCOMES:
+            self.last.popitem(last=False)
         last = self.decisions[-1] if self.decisions else None
         if last is not None and (last["group"], last["outcome"], last["reason"]) == (group.key, outcome, reason):
             last["time"], last["count"] = self.wall_clock(), last["count"] + 1

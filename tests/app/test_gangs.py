@@ -125,6 +125,20 @@ def test_members_that_do_not_exist_yet_wait_without_holding_anything() -> None:
     assert len(passed(service, pods[0], EIGHT)) == 1
 
 
+def test_the_view_lists_podgroups_without_pods_and_the_state_of_each_group() -> None:
+    gang = [member("a", i) for i in range(2)]
+    service = service_with([node_obj(n) for n in EIGHT[:2]], [podgroup("a", 2), podgroup("empty", 3)], gang)
+    states = {g["group"]: (g["state"], len(g["members"])) for g in service.gangs_view()["groups"]}
+    assert states == {"podgroup:default/a": ("new", 2), "podgroup:default/empty": ("new", 0)}
+    passed(service, gang[0], EIGHT[:2])
+    service.cache.delete_pod("a-1")  # the group shrinks: released
+    (a,) = [g for g in service.gangs_view()["groups"] if g["group"] == "podgroup:default/a"]
+    assert (a["state"], a["plan"]) == ("released", None)
+    assert a["reason"].startswith("gang default/a: holds released")
+    ledger = service.cache.ledger
+    assert not ledger  # and nothing held
+
+
 def test_a_missing_podgroup_makes_the_members_wait() -> None:
     pod = member("ghost", 0)
     service = service_with([node_obj("n0")], [], [pod])

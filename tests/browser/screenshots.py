@@ -31,6 +31,7 @@ def main(argv: list[str] | None = None) -> int:
         views = {
             "cluster": "/ui/cluster",
             "queues": "/ui/queues",
+            "groups": "/ui/groups",
             "decisions": "/ui/decisions",
             "explain": f"/ui/explain?pod={waiting_uid}",
             "health": "/ui/health",

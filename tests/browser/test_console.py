@@ -22,7 +22,7 @@ except ImportError:  # the dev extra brings it; without it, as without Chromium 
         raise
     pytest.skip("selenium is not installed: pip install -e '.[dev]'", allow_module_level=True)
 
-from tests.browser.harness import ADMITTED, ASSUMED, EXAMPLES, WAITING, Extender
+from tests.browser.harness import ADMITTED, ASSUMED, EXAMPLES, PLANNED, SHORT, TOO_BIG, WAITING, Extender
 
 GPU = "nvidia.com/gpu"
 TIMEOUT = 15
@@ -89,6 +89,7 @@ def ui(browser: WebDriver, extender: Extender) -> Console:
         ("/", "Cluster"),
         ("/ui/cluster", "Cluster"),
         ("/ui/queues", "Queues"),
+        ("/ui/groups", "Groups"),
         ("/ui/decisions", "Decisions"),
         ("/ui/explain", "Explain"),
         ("/ui/health", "Health"),
@@ -172,12 +173,68 @@ def test_queues_show_the_numbers_of_debug_queues(ui: Console) -> None:
     assert ui.severe() == []
 
 
+def test_groups_show_the_gangs_of_debug(ui: Console) -> None:
+    gangs = ui.extender.get_json("/debug?nodes=false&decisions=0")["gangs"]
+    ui.open("/ui/groups")
+    shown = [g.get_attribute("data-group") for g in ui.find_all("#groups tbody[data-group]")]
+    assert shown == [g["group"] for g in gangs["groups"]] and set(shown) == {PLANNED, TOO_BIG, SHORT}
+    states = {g.get_attribute("data-group"): g.get_attribute("data-state") for g in ui.find_all("#groups tbody")}
+    assert states == {PLANNED: "planned", TOO_BIG: "unschedulable", SHORT: "waiting"}
+    for entry in gangs["groups"]:
+        group = ui.find(f'#groups tbody[data-group="{entry["group"]}"]')
+        chips = {
+            chip.get_attribute("data-pod"): (
+                chip.get_attribute("data-state"),
+                chip.find_element(By.CSS_SELECTOR, ".node").text,
+            )
+            for chip in group.find_elements(By.CSS_SELECTOR, "li.member")
+        }
+        assert chips == {m["pod"]: (m["state"], m["node"] or "—") for m in entry["members"]}
+        if entry["plan"] is not None:
+            assert group.find_element(By.CSS_SELECTOR, ".domain").text == entry["plan"]["domain"]
+        else:
+            assert group.find_element(By.CSS_SELECTOR, ".reason").text == entry["reason"]
+    planned = next(g for g in gangs["groups"] if g["group"] == PLANNED)
+    assert sorted(m["state"] for m in planned["members"]) == ["binding", "bound", "held"]
+    # The member states take the Cluster page's colours: bound as allocated GPUs, binding as assumed ones.
+    colour = (
+        "var s = getComputedStyle(document.querySelector(arguments[0])); return s.backgroundColor + s.backgroundImage"
+    )
+    for state, cell in (("bound", "allocated"), ("binding", "assumed")):
+        drawn = ui.driver.execute_script(colour, f'#groups li[data-state="{state}"] .cell')
+        assert drawn == ui.driver.execute_script(colour, f".legend .cell.{cell}") != "rgba(0, 0, 0, 0)none"
+    decisions = [
+        (r.get_attribute("data-group"), r.get_attribute("data-outcome"))
+        for r in ui.find_all("#gang-decisions tbody tr")
+    ]
+    assert decisions == [(d["group"], d["outcome"]) for d in reversed(gangs["decisions"])]
+    # The state list submits itself, "any" too.
+    select = ui.find('select[name="state"]')
+    Select(select).select_by_value("waiting")
+    ui.submit_and_wait(select, "state=waiting")
+    assert [g.get_attribute("data-group") for g in ui.find_all("#groups tbody[data-group]")] == [SHORT]
+    select = ui.find('select[name="state"]')
+    Select(select).select_by_value("")
+    ui.submit_and_wait(select, "state=&")
+    assert len(ui.find_all("#groups tbody[data-group]")) == 3
+    box = ui.find('input[name="group"]')
+    box.send_keys("pretrain")
+    box.submit()
+    ui.submit_and_wait(box, "group=pretrain")
+    assert {r.get_attribute("data-group") for r in ui.find_all("#gang-decisions tbody tr")} == {TOO_BIG}
+    assert ui.severe() == []
+
+
 def test_decisions_newest_first_and_by_pod(ui: Console) -> None:
-    decisions = ui.extender.get_json("/debug")["decisions"] + ui.extender.get_json("/debug/queues")["decisions"]
-    newest = max(decisions, key=lambda d: d["time"])
+    debug = ui.extender.get_json("/debug")
+    decisions = [(d["time"], d["verb"], d["pod"]) for d in debug["decisions"]]
+    decisions += [(d["time"], d["verb"], d["pod"]) for d in ui.extender.get_json("/debug/queues")["decisions"]]
+    decisions += [(d["time"], "gang", d["group"]) for d in debug["gangs"]["decisions"]]
+    newest = max(decisions)
     ui.open("/ui/decisions")
     first = ui.find("#decisions tbody tr")
-    assert (first.get_attribute("data-verb"), first.get_attribute("data-pod")) == (newest["verb"], newest["pod"])
+    who = first.get_attribute("data-group" if newest[1] == "gang" else "data-pod")
+    assert (first.get_attribute("data-verb"), who) == newest[1:]
     box = ui.find('input[name="pod"]')
     box.send_keys(ADMITTED)
     box.submit()

@@ -26,7 +26,7 @@ def test_root_and_ui_lead_to_the_cluster_page(console: Any) -> None:
     for path in ("/", "/ui", "/ui/"):
         answer = client.get(path)
         assert answer.status_code == 200 and str(answer.url).endswith("/ui/cluster")
-    for view in ("cluster", "queues", "decisions", "explain", "health"):
+    for view in ("cluster", "queues", "groups", "decisions", "explain", "health"):
         page = client.get(f"/ui/{view}")
         assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
         assert 'aria-current="page"' in page.text
