@@ -189,8 +189,9 @@ def plan_group(
     """Place the group's first ``needed`` members (all of them or none).
 
     ``rooms``: the nodes the group was offered and what each has left (a reason counts their free
-    room). ``eligible``: the nodes of those a member may use (None: every one). ``levels``: the cluster's topology levels, widest first.
-    ``admit``: the queues' verdict on a whole placement, tried on each fitting domain in turn.
+    room). ``eligible``: the nodes of those a member may use (None: every one). ``levels``: the
+    cluster's topology levels, widest first. ``admit``: the queues' verdict on a whole placement,
+    tried on each fitting domain in turn.
     """
     members = group.members[: group.needed]
     if group.needed <= 0:
