@@ -21,9 +21,15 @@ Gathering, for one node (upstream semantics):
 4. invalid: duplicate device names, counter-set problems, and (KEP-5773) slices of one generation,
    including those for other nodes, that disagree on ``pool.priority`` (unset counts as 0).
 
-Order (KEP-5773; reduces to upstream 1.36's name order without priorities): pools by driver, then
-pool priority (higher first), then pools without binding-condition devices first, then name;
-slices in a pool by slice priority (higher first), then name; devices in published order.
+Order (upstream 1.36 with KEP-5773 priorities on top): first every pool without binding-condition
+devices, then every pool with them, across all drivers (1.36's incubating allocator, the one
+kube-scheduler runs with its default gates DRADeviceBindingConditions and DRAConsumableCapacity,
+sorts the two parts apart and appends the second to the first: ``GatherPools`` in
+``pools_incubating.go``); within each part pools by driver,
+then pool priority (higher first), then name. An incomplete or invalid pool offers no device and
+sorts with the pools without binding conditions, as upstream's (which has no device slices then).
+Slices in a pool by slice priority (higher first), then name; devices in published order. Without
+priorities this is exactly 1.36's order.
 """
 
 from __future__ import annotations
@@ -111,7 +117,7 @@ class Pool:
     generation: int
     priority: int
     slices: tuple[ResourceSlice, ...]
-    has_binding_conditions: bool = False
+    has_binding_conditions: bool = False  # a usable pool with a device that has bindingConditions
     incomplete: bool = False
     invalid: str = ""  # why the pool is invalid ("" if it is not)
     counters: PoolCounters | None = None  # its counter sets, when it has any (partitionable devices)
@@ -260,14 +266,24 @@ def gather_pools(
         slices = tuple(group)
         has_bc = any(d.binding_conditions for s in slices for d in s.devices)
         if not complete:
-            gathered.append(Pool(key[0], key[1], generation, first.pool.priority, slices, has_bc, incomplete=True))
+            gathered.append(Pool(key[0], key[1], generation, first.pool.priority, slices, False, incomplete=True))
             continue
         invalid = _validate(slices, (s for s in all_slices if s.pool.generation == generation), stats)
         counters = None if invalid else _pool_counters(slices, members)
         gathered.append(
-            Pool(key[0], key[1], generation, first.pool.priority, slices, has_bc, invalid=invalid, counters=counters)
+            Pool(
+                key[0],
+                key[1],
+                generation,
+                first.pool.priority,
+                slices,
+                has_bc and not invalid,
+                invalid=invalid,
+                counters=counters,
+            )
         )
-    gathered.sort(key=lambda p: (p.driver, -p.priority, p.has_binding_conditions, p.name))
+    # Binding-condition pools after all others, whatever their driver or priority (1.36).
+    gathered.sort(key=lambda p: (p.has_binding_conditions, p.driver, -p.priority, p.name))
     usable = tuple(p for p in gathered if p.usable)
     flat: list[Candidate] = []
     off_node: set[int] = set()

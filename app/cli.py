@@ -1,4 +1,4 @@
-"""``kube-gpu-extender``: serve, check-config, simulate."""
+"""``kube-gpu-extender``: serve, check-config, simulate, workload."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from app.config import ConfigError, ExtenderConfiguration, load_config
 from simulator.cli import add_simulate_parser, run_simulate
+from simulator.workload_cli import add_workload_parser, run_workload
 
 __all__ = ["main"]
 
@@ -42,6 +43,7 @@ def _parser() -> argparse.ArgumentParser:
     check = commands.add_parser("check-config", help="validate a configuration file and print the effective config")
     check.add_argument("--config", required=True)
     add_simulate_parser(commands)
+    add_workload_parser(commands)
     return parser
 
 
@@ -107,6 +109,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _serve(args)
         if args.command == "simulate":
             return run_simulate(args)
+        if args.command == "workload":
+            return run_workload(args)
         return _check_config(args)
     except ConfigError as exc:
         print(f"error: invalid configuration: {exc}", file=sys.stderr)

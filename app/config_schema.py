@@ -68,7 +68,7 @@ class GpuFragmentationArgs(_Doc):
     resource: str = _RESOURCE
     workload: list[TaskType] = Field(
         description="The target workload's task types. Derive it from your cluster's pods with "
-        "`kube-gpu-extender simulate --pods <list> --print-workload`."
+        "`kube-gpu-extender workload --from-cluster` (or `--pods <list>`)."
     )
     mapping: Literal["Sigmoid", "Linear"] = Field(
         "Sigmoid",
@@ -89,8 +89,8 @@ class GpuCpuBalanceArgs(_Doc):
     cpuPerGpu: int = Field(
         gt=0,
         description="Milli-CPU your GPU pods ask per whole device (required; printed by "
-        "`kube-gpu-extender simulate --pods <list> --print-workload`). A node's device needs the smaller of this "
-        "and the node's own allocatable cpu per device.",
+        "`kube-gpu-extender workload --from-cluster` or `--pods <list>`). A node's device needs the smaller of "
+        "this and the node's own allocatable cpu per device.",
     )
     milliPerPoint: int = Field(CPU_BALANCE_MILLI_PER_POINT, gt=0, description="Stranded milli-GPUs per score point.")
 

@@ -64,7 +64,7 @@ class GpuCpuBalanceArgs:
         if not isinstance(raw, Mapping) or "cpuPerGpu" not in raw:
             raise ArgsError(
                 f"{path}.cpuPerGpu: required: the milli-CPU your GPU pods ask per whole device "
-                "(kube-gpu-extender simulate --pods <pod list> --print-workload)"
+                "(kube-gpu-extender workload --from-cluster, or --pods <pod list>)"
             )
         reject_unknown_fields(raw, path, ("resource", "cpuPerGpu", "milliPerPoint"))
         return cls(

@@ -15,6 +15,8 @@ from typing import Any
 
 __all__ = ["add_simulate_parser", "format_table", "run_simulate", "write_plot"]
 
+DEFAULT_JOB_SCORING = "shipped"
+
 
 def add_simulate_parser(commands: Any) -> None:
     simulate = commands.add_parser(
@@ -26,8 +28,37 @@ def add_simulate_parser(commands: Any) -> None:
     nodes = simulate.add_mutually_exclusive_group()
     nodes.add_argument("--nodes", help="node list CSV (openb: sn, cpu_milli, memory_mib, gpu, model)")
     nodes.add_argument("--snapshot", help="nodes from a snapshot file (kubectl get nodes -o yaml)")
+    simulate.add_argument("--pods", help="pod list: openb CSV, or a YAML/JSON list of Pods (submitted in file order)")
     simulate.add_argument(
-        "--pods", required=True, help="pod list: openb CSV, or a YAML/JSON list of Pods (submitted in file order)"
+        "--jobs",
+        metavar="CSV",
+        help="job trace instead of --pods: groups of pods placed pod by pod or as gangs "
+        "(name, size, gpus_per_pod, cpu_milli, memory_mib, arrival, duration[, topology])",
+    )
+    simulate.add_argument(
+        "--job-policy",
+        action="append",
+        metavar="NAME",
+        help="with --jobs: pod-by-pod, gang, gang-topology or gang-topology-preferred (repeatable; default: all)",
+    )
+    simulate.add_argument(
+        "--rack-size",
+        type=int,
+        default=16,
+        help="with --jobs: nodes per example.com/rack, in node-list order (default 16)",
+    )
+    simulate.add_argument(
+        "--give-up",
+        type=float,
+        metavar="SECONDS",
+        help="with --jobs: withdraw a job not running this long after its arrival (default: never)",
+    )
+    simulate.add_argument(
+        "--make-jobs",
+        type=int,
+        metavar="N",
+        help="print a job trace of N jobs derived from --pods (openb) for the cluster of --nodes, at --target "
+        "x its GPUs of offered load, seeded by --seed; then exit",
     )
     simulate.add_argument("--config", help="extender configuration for fitplus-sra; built-in defaults when omitted")
     simulate.add_argument(
@@ -69,7 +100,8 @@ def add_simulate_parser(commands: Any) -> None:
         "--target",
         type=float,
         default=1.3,
-        help="inflate: arrived GPU demand to reach, as a share of the cluster's GPUs (default 1.3)",
+        help="inflate: arrived GPU demand to reach, as a share of the cluster's GPUs; --make-jobs: the GPU "
+        "demand offered per unit of time, as a share of the cluster's GPUs (default 1.3)",
     )
     simulate.add_argument(
         "--seeds", type=int, default=1, help="runs per policy, seeds --seed .. --seed+N-1 (default 1)"
@@ -77,7 +109,11 @@ def add_simulate_parser(commands: Any) -> None:
     simulate.add_argument("--workers", type=int, help="processes for the runs (default: the CPUs, at most the runs)")
     simulate.add_argument("--seed", type=int, default=0, help="seed of the tie-break and random policy (default 0)")
     simulate.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
-    simulate.add_argument("--plot", metavar="FILE.png", help="draw GPU allocation against submitted GPU demand")
+    simulate.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        help="draw GPU allocation against submitted GPU demand (--jobs: against time)",
+    )
     simulate.add_argument("--no-progress", action="store_true", help="no progress bar")
     simulate.add_argument(
         "--print-workload",
@@ -85,6 +121,9 @@ def add_simulate_parser(commands: Any) -> None:
         help="print the pods' task types as GpuFragmentation's workload arg (YAML) and GpuCpuBalance's "
         "cpuPerGpu, and exit; no nodes needed",
     )
+    from simulator.families import add_derive_arguments
+
+    add_derive_arguments(simulate)
 
 
 def _percent(part: float, whole: float) -> str:
@@ -156,14 +195,19 @@ def _sampling_note(scheduler: Any, nodes: int) -> str:
     )
 
 
-def _print_workload(path: str) -> int:
+def _print_workload(path: str, args: argparse.Namespace | None = None) -> int:
     """The trace's task types, as ``workload:`` of GpuFragmentation's args (simulator.policies.workload),
-    and GpuCpuBalance's ``cpuPerGpu`` (a comment, so the output stays GpuFragmentation's args)."""
+    and GpuCpuBalance's ``cpuPerGpu`` (a comment, so the output stays GpuFragmentation's args); with
+    ``--derive``, of the derived trace."""
+    from simulator.families import derived_pods
     from simulator.policies import cpu_per_gpu, workload
-    from simulator.trace import TraceError, load_pods
+    from simulator.trace import TraceError, load_nodes_csv, load_pods, load_snapshot_nodes
 
     try:
         pods = load_pods(path)
+        if args is not None and args.derive:
+            nodes = load_nodes_csv(args.nodes) if args.nodes else []
+            pods = derived_pods(args, pods, load_snapshot_nodes(args.snapshot) if args.snapshot else nodes)
     except TraceError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -184,13 +228,27 @@ def run_simulate(args: argparse.Namespace) -> int:
     from simulator.simulate import POLICIES, check_order
     from simulator.trace import TraceError, load_nodes_csv, load_pods, load_snapshot_nodes
 
+    if args.make_jobs is not None:
+        return _make_jobs(args)
+    if args.jobs:
+        return _run_jobs(args)
+    if not args.pods:
+        print("error: one of --pods or --jobs is required", file=sys.stderr)
+        return 2
+    if args.job_policy:
+        print("error: --job-policy needs --jobs", file=sys.stderr)
+        return 2
     policies = list(dict.fromkeys(args.policy or POLICIES))
     unknown = [p for p in policies if p not in POLICIES]
     if unknown:
         print(f"error: unknown policy {', '.join(unknown)} (known: {', '.join(POLICIES)})", file=sys.stderr)
         return 2
     if args.print_workload:
-        return _print_workload(args.pods)
+        return _print_workload(args.pods, args)
+    if args.derive_out:
+        from simulator.families import write_derived
+
+        return write_derived(args)
     if not args.nodes and not args.snapshot:
         print("error: one of --nodes or --snapshot is required", file=sys.stderr)
         return 2
@@ -203,6 +261,10 @@ def run_simulate(args: argparse.Namespace) -> int:
     try:
         nodes = load_nodes_csv(args.nodes) if args.nodes else load_snapshot_nodes(args.snapshot)
         pods = load_pods(args.pods)
+        if args.derive:
+            from simulator.families import derived_pods
+
+            pods = derived_pods(args, pods, nodes)
     except TraceError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -257,4 +319,119 @@ def run_simulate(args: argparse.Namespace) -> int:
             write_unallocated_plot(results, args.plot, title)
         else:
             write_plot(results, args.plot, title)
+    return 0
+
+
+def _nodes(args: argparse.Namespace) -> Any:
+    from simulator.trace import load_nodes_csv, load_snapshot_nodes
+
+    return load_nodes_csv(args.nodes) if args.nodes else load_snapshot_nodes(args.snapshot)
+
+
+def _make_jobs(args: argparse.Namespace) -> int:
+    """A job trace derived from --pods for the cluster of --nodes (simulator.jobs.make_jobs), on stdout."""
+    from simulator.jobs import jobs_csv, make_jobs
+    from simulator.trace import TraceError, load_pods
+
+    if not args.pods or not (args.nodes or args.snapshot):
+        print("error: --make-jobs needs --pods and one of --nodes or --snapshot", file=sys.stderr)
+        return 2
+    try:
+        nodes, pods = _nodes(args), load_pods(args.pods)
+        jobs = make_jobs(pods, args.make_jobs, sum(node.gpus for node in nodes), args.target, args.seed)
+    except (TraceError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    sys.stdout.write(jobs_csv(jobs))
+    return 0
+
+
+def _run_jobs(args: argparse.Namespace) -> int:
+    """--jobs: every job policy over the job trace, one scoring policy (--policy, default shipped)."""
+    from tqdm import tqdm
+
+    from app.config import load_config
+    from simulator.jobreport import format_jobs_table, summarise_jobs, write_jobs_plot
+    from simulator.jobsim import JOB_POLICIES, JobExperiment, run_jobs
+    from simulator.policies import POLICIES
+    from simulator.schedconfig import SchedulerConfigError, load_scheduler_config_argument
+    from simulator.trace import TraceError
+
+    def fail(message: str) -> int:
+        print(f"error: {message}", file=sys.stderr)
+        return 2
+
+    if args.pods:
+        return fail("--jobs replaces --pods: give one of them")
+    job_policies = list(dict.fromkeys(args.job_policy or JOB_POLICIES))
+    unknown = [p for p in job_policies if p not in JOB_POLICIES]
+    if unknown:
+        return fail(f"unknown job policy {', '.join(unknown)} (known: {', '.join(JOB_POLICIES)})")
+    scoring = list(dict.fromkeys(args.policy or [DEFAULT_JOB_SCORING]))
+    if len(scoring) > 1:
+        return fail("--jobs runs one scoring --policy (the job policies are compared under it)")
+    if scoring[0] not in POLICIES:
+        return fail(f"unknown policy {scoring[0]} (known: {', '.join(POLICIES)})")
+    if not args.nodes and not args.snapshot:
+        return fail("one of --nodes or --snapshot is required")
+    if args.rack_size < 1:
+        return fail("--rack-size must be >= 1")
+    if args.give_up is not None and args.give_up <= 0:
+        return fail("--give-up must be > 0 seconds")
+    if args.seeds < 1:
+        return fail("--seeds must be >= 1")
+    config = load_config(args.config)
+    try:
+        scheduler = load_scheduler_config_argument(args.scheduler_config, args.profile)
+    except SchedulerConfigError as exc:
+        return fail(str(exc))
+    from simulator.jobs import load_jobs_csv
+
+    try:
+        nodes, jobs = _nodes(args), load_jobs_csv(args.jobs)
+    except TraceError as exc:
+        return fail(str(exc))
+    note = _sampling_note(scheduler, len(nodes))
+    if note:
+        print(note, file=sys.stderr)
+    experiment = JobExperiment(
+        config, nodes, jobs, scoring[0], scheduler, args.sharing, args.tie_break, args.rack_size, args.give_up
+    )
+    seeds = list(range(args.seed, args.seed + args.seeds))
+    runs = len(job_policies) * len(seeds)
+    workers = min(args.workers or os.cpu_count() or 1, runs)
+    quiet = args.no_progress or not sys.stderr.isatty()
+    with tqdm(total=runs, desc="runs", unit="run", file=sys.stderr, disable=quiet) as bar:
+        results = run_jobs(experiment, job_policies, seeds, workers, lambda _: bar.update(1))
+    summary = summarise_jobs(results)
+    gpus = sum(node.gpus for node in nodes)
+    racks = -(-len(nodes) // args.rack_size)
+    used = scheduler.describe() if scheduler is not None else "none (the extender's priority alone decides)"
+    if args.json:
+        report = {
+            "nodes": len(nodes),
+            "racks": racks,
+            "rackSize": args.rack_size,
+            "jobs": len(jobs),
+            "jobGpus": sum(job.gpus for job in jobs),
+            "policy": scoring[0],
+            "schedulerConfig": scheduler.to_json() if scheduler is not None else None,
+            "sharing": args.sharing,
+            "giveUpSeconds": args.give_up,
+            "summary": summary,
+            "results": [r.to_json() for r in results],
+        }
+        print(json.dumps(report, indent=2))
+    else:
+        print(
+            f"{len(nodes)} nodes, {gpus} GPUs in {racks} racks of {args.rack_size} nodes, {len(jobs)} jobs asking "
+            f"{sum(job.gpus for job in jobs)} GPUs, policy {scoring[0]}, sharing {args.sharing}"
+        )
+        print(f"scheduler config: {used}")
+        if len(seeds) > 1:
+            print(f"per job policy over seeds {seeds[0]}..{seeds[-1]}: median [min-max]")
+        print(format_jobs_table(summary))
+    if args.plot:
+        title = f"{len(nodes)} nodes, {len(jobs)} jobs, policy {scoring[0]}, sharing {args.sharing}, seed {seeds[0]}"
+        write_jobs_plot(results, args.plot, title)
     return 0

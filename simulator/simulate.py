@@ -30,7 +30,7 @@ import numpy as np
 
 from app import gctuning
 from app.cluster.cache import ClusterCache
-from app.cluster.objects import NodeObject
+from app.cluster.objects import NodeObject, pod_from_obj
 from app.cluster.snapshot import SnapshotBinder, SnapshotClaimWriter
 from app.config import ExtenderConfiguration
 from app.service import ExtenderService
@@ -166,8 +166,10 @@ class _Scheduler:
         scheduler: SchedulerConfig | None = None,
         sharing: str = "none",
         tie_break: str = "random",
+        clock: Callable[[], float] | None = None,
     ) -> None:
-        self.cache = ClusterCache()
+        # ``clock``: the cache's clock (assumptions, gang holds); job runs pass the simulated time.
+        self.cache = ClusterCache() if clock is None else ClusterCache(clock=clock)
         self.sharing = sharing
         # Like kube-scheduler, the simulator reads no per-node reasons while some node passes: the
         # extender need not write them (the shipped deploy/extender-config.yaml does the same).
@@ -213,6 +215,20 @@ class _Scheduler:
             self.cache.dra.delete_claim(claim.key)
         return node
 
+    def submit(self, pod: SimPod) -> None:
+        """The pod enters the cache unbound, as the watches show a pending pod (with DRA, its claim
+        first); job runs submit a job's pods before any of them is scheduled, so a gang's first member
+        finds the others."""
+        claim = dra.pod_claim(pod) if self.sharing == "dra" else None
+        if claim is not None:
+            self.cache.dra.upsert_claim(claim)
+        self.cache.upsert_pod(pod_from_obj(msgspec.json.decode(pod.body)))
+
+    async def attempt(self, pod: SimPod) -> tuple[str | None, str]:
+        """Filter, choose, bind a submitted pod: the node and /bind's error ("" when bound), or
+        (None, "") when no node passes. Either failure leaves the pod pending."""
+        return await self._place(pod)
+
     def devices(self, pod: SimPod) -> dict[int, int] | None:
         """GPU index -> milli-GPUs the pod's claim was allocated (None without DRA)."""
         if self.sharing != "dra" or not pod.gpus:
@@ -227,17 +243,22 @@ class _Scheduler:
             self.cache.dra.delete_claim(f"{pod.namespace}/{dra.claim_name(pod)}")
 
     async def _schedule(self, pod: SimPod) -> str | None:
+        node, error = await self._place(pod)
+        if error:
+            raise RuntimeError(f"bind of {pod.name} to {node} failed: {error}")
+        return node
+
+    async def _place(self, pod: SimPod) -> tuple[str | None, str]:
+        """The chosen node and /bind's error ("" when bound); (None, "") when no node passes."""
         names, _ = self.candidates(pod)
         pod_part = b'{"Pod":' + pod.body + b',"Nodes":null,"NodeNames":'  # Go's layout, as kube-scheduler sends
         passed = self.service.filter_passed(pod_part + names + b"}")  # no FailedNodes: nobody reads them here
         if not passed:
-            return None
+            return None, ""
         node = self._extender_choice(pod_part, passed) if self.kube is None else self._choice(pod, pod_part, passed)
         bind = {"PodName": pod.name, "PodNamespace": pod.namespace, "PodUID": pod.uid, "Node": node}
         answer = await self.service.bind(_encode(bind))
-        if answer["Error"]:
-            raise RuntimeError(f"bind of {pod.name} to {node} failed: {answer['Error']}")
-        return node
+        return node, str(answer["Error"] or "")
 
     def _priorities(self, pod_part: bytes, passed: list[str]) -> tuple[list[str], list[int]]:
         """The extender's /prioritize answer: hosts and their priorities, in its order."""

@@ -1,8 +1,10 @@
 """Pool gathering for one node and the KEP-5773 search order, through ``SliceIndex.pools_for``.
 
-Expected orders are derived by hand from the reference's section 4: pools by driver, then pool
-priority (higher first), then name; slices in a pool by slice priority (higher first), then name;
-devices in published order.
+Expected orders are derived by hand from the reference's section 4 and upstream 1.36's
+``GatherPools`` (pools_incubating.go): every pool without binding-condition devices before every
+pool with them, across drivers; within each part pools by driver, then pool priority (higher
+first), then name; slices in a pool by slice priority (higher first), then name; devices in
+published order.
 """
 
 from __future__ import annotations
@@ -103,6 +105,62 @@ def test_pools_with_binding_condition_devices_come_after_equal_priority_pools() 
     idx = index(slice_obj("s-a", [bc], pool="a"), slice_obj("s-b", [gpu("plain")], pool="b"))
     pools = idx.pools_for(NodeRef(NODE))
     assert [p.name for p in pools.pools] == ["b", "a"]
+
+
+def _bc(name: str) -> dict[str, object]:
+    return {**gpu(name), "bindingConditions": ["attached"]}
+
+
+def test_binding_condition_pools_come_after_the_plain_pools_of_every_driver() -> None:
+    # upstream 1.36 (pools_incubating.go GatherPools): the binding-condition pools are sorted apart
+    # and appended after all others, so gpu.example.com's pool with a binding-condition device comes
+    # after nic.example.com's plain pool although its driver name sorts first.
+    idx = index(
+        slice_obj("s-bc", [_bc("attach")], pool="a-bc", driver=DRIVER),
+        slice_obj("s-plain", [gpu("local")], pool="z-plain", driver=OTHER_DRIVER),
+    )
+    assert DRIVER < OTHER_DRIVER
+    assert candidate_names(idx) == ["z-plain/local", "a-bc/attach"]
+    assert [(p.driver, p.name) for p in idx.pools_for(NodeRef(NODE)).gathered] == [
+        (OTHER_DRIVER, "z-plain"),
+        (DRIVER, "a-bc"),
+    ]
+
+
+def test_a_binding_condition_pool_comes_after_plain_pools_of_any_priority() -> None:
+    # Pool priority orders within each part only: 100 on a binding-condition pool does not bring it
+    # before a plain pool of priority -5.
+    idx = index(
+        slice_obj("s-bc", [_bc("attach")], pool="bc", pool_priority=100),
+        slice_obj("s-low", [gpu("low")], pool="low", pool_priority=-5),
+    )
+    assert candidate_names(idx) == ["low/low", "bc/attach"]
+
+
+def test_binding_condition_pools_are_ordered_by_driver_priority_and_name_among_themselves() -> None:
+    idx = index(
+        slice_obj("s-1", [_bc("n")], pool="nic", driver=OTHER_DRIVER, pool_priority=50),
+        slice_obj("s-2", [_bc("b")], pool="b", driver=DRIVER),
+        slice_obj("s-3", [_bc("a")], pool="a", driver=DRIVER),
+        slice_obj("s-4", [_bc("c")], pool="c", driver=DRIVER, pool_priority=1),
+        slice_obj("s-5", [gpu("plain")], pool="plain", driver=OTHER_DRIVER),
+    )
+    assert candidate_names(idx) == ["plain/plain", "c/c", "a/a", "b/b", "nic/n"]
+
+
+def test_an_unusable_pool_sorts_with_the_pools_without_binding_conditions() -> None:
+    # Upstream's incomplete or invalid pool has no device slices, so none with binding conditions:
+    # it stays in the first part (and is the pool an ``All`` request's error names first).
+    idx = index(
+        slice_obj("s-inc", [_bc("x")], pool="b-incomplete", count=2),
+        slice_obj("s-dup", [_bc("d"), _bc("d")], pool="c-invalid"),
+        slice_obj("s-bc", [_bc("y")], pool="a-bc"),
+        slice_obj("s-plain", [gpu("z")], pool="d-plain"),
+    )
+    pools = idx.pools_for(NodeRef(NODE))
+    assert [p.name for p in pools.gathered] == ["b-incomplete", "c-invalid", "d-plain", "a-bc"]
+    assert [p.name for p in pools.unusable] == ["b-incomplete", "c-invalid"]
+    assert not any(p.has_binding_conditions for p in pools.unusable)
 
 
 # ---------------------------------------------------------------------------------------- relevance

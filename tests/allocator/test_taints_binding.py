@@ -23,7 +23,18 @@ from allocator import (
 from allocator.binding import binding_state, pods_binding_state
 from allocator.taints import DeviceTaintRule
 from allocator.types import DeviceTaint, DeviceToleration
-from tests.allocator.builders import DRIVER, NODE, allocate, claim, exactly, gpu, picked, slice_obj
+from tests.allocator.builders import (
+    DRIVER,
+    NODE,
+    OTHER_DRIVER,
+    allocate,
+    claim,
+    device_class,
+    exactly,
+    gpu,
+    picked,
+    slice_obj,
+)
 
 # ---------------------------------------------------------------------------------------- DeviceTaintRules
 
@@ -202,6 +213,18 @@ def test_pools_without_binding_conditions_are_preferred() -> None:
     plain = slice_obj("s-b", [gpu("plain")], pool="b")
     assert picked(allocate([bc, plain], claim())) == ["plain"]
     assert picked(allocate([bc, plain], claim("c", exactly("gpu", count=2)))) == ["plain", "bc"]
+
+
+def test_a_plain_device_of_another_driver_is_preferred_to_a_binding_condition_device() -> None:
+    # upstream 1.36 puts binding-condition pools after the plain pools of every driver, not per driver:
+    # a class that accepts both drivers gets the other driver's plain device first.
+    both = device_class("any-gpu", f'device.driver in ["{DRIVER}", "{OTHER_DRIVER}"]')
+    bc = slice_obj("s-a", [{**gpu("bc"), "bindingConditions": ["attached"]}], pool="a", driver=DRIVER)
+    plain = slice_obj("s-b", [gpu("plain")], pool="b", driver=OTHER_DRIVER)
+    request = exactly("gpu", device_class_name="any-gpu")
+    assert picked(allocate([bc, plain], claim("c", request), classes=[both])) == ["plain"]
+    two = exactly("gpu", device_class_name="any-gpu", count=2)
+    assert picked(allocate([bc, plain], claim("c", two), classes=[both])) == ["plain", "bc"]
 
 
 def allocated_claim(results: list[dict[str, Any]], devices: list[dict[str, Any]] | None = None) -> Any:
