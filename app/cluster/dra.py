@@ -87,6 +87,7 @@ class InFlight:
     shares: tuple[AllocatedShare, ...]
     started_at: float
     expires_at: float
+    held: bool = False  # a gang member's devices held on its planned node, not a bind under way
 
 
 _FREE: Held = (False, 0, None)  # what ``held`` says of a device nobody holds
@@ -131,6 +132,10 @@ class DraState:
     selectors: SelectorCache = field(default_factory=SelectorCache)
     proposals: OrderedDict[str, Proposal] = field(default_factory=OrderedDict)
     inflight: dict[str, InFlight] = field(default_factory=dict)
+    # Bumped when a device of the pool changes holders (per (driver, pool)), and when classes or
+    # device taint rules change: what allocating on a node read, for memos of its outcome.
+    pool_versions: dict[tuple[str, str], int] = field(default_factory=dict)
+    rules_version: int = 0
     _node_refs: dict[str, NodeRef] = field(default_factory=dict)
     _claim_devices: dict[DeviceID, str] = field(default_factory=dict)  # device -> claim key holding it
     _inflight_devices: dict[DeviceID, str] = field(default_factory=dict)  # device -> pod uid
@@ -222,6 +227,7 @@ class DraState:
             self.listener(changed)
 
     def _classes_changed(self) -> None:
+        self.rules_version += 1
         self._class_mapping = None
         self.fast.invalidate()
         self.freed.notify()
@@ -254,6 +260,9 @@ class DraState:
             moved[device] = now
         if not moved:
             return
+        for device in moved:
+            key = (device.driver, device.pool)
+            self.pool_versions[key] = self.pool_versions.get(key, 0) + 1
         self.fast.devices_changed(moved, moved.__getitem__)
         if self.extended.by_node:
             self._recount(self.extended.nodes_of(moved), set(moved))
@@ -290,12 +299,15 @@ class DraState:
 
     def upsert_taint_rule(self, rule: DeviceTaintRule) -> None:
         self.taint_rules.upsert(rule)
+        self.rules_version += 1
 
     def delete_taint_rule(self, name: str) -> None:
         self.taint_rules.delete(name)
+        self.rules_version += 1
 
     def replace_taint_rules(self, rules: Iterable[DeviceTaintRule]) -> None:
         self.taint_rules.replace(rules)
+        self.rules_version += 1
 
     # ------------------------------------------------------------------ claims
     def upsert_claim(self, claim: ResourceClaim) -> bool:
@@ -418,6 +430,8 @@ class DraState:
         node: str,
         claims: Mapping[str, AllocationResult],
         expires_at: float | None = None,
+        *,
+        held: bool = False,
     ) -> InFlight:
         """Count ``claims``' devices as allocated from now on, replacing the pod's earlier entry, until
         ``expires_at`` (this state's clock; the in-flight TTL from now by default)."""
@@ -426,7 +440,7 @@ class DraState:
         shares = tuple(share for result in claims.values() for share in allocated_shares(result))
         now = self.clock()
         until = now + self.inflight_ttl if expires_at is None else expires_at
-        entry = InFlight(pod_uid, pod, node, dict(claims), devices, shares, now, until)
+        entry = InFlight(pod_uid, pod, node, dict(claims), devices, shares, now, until, held)
         self.inflight[pod_uid] = entry
         for device in devices:
             self._inflight_devices[device] = pod_uid

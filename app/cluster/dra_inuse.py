@@ -6,14 +6,14 @@ by other pods' in-flight binds. A pod's own in-flight devices, and the claims th
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from allocator import DeviceID
+from allocator import AllocationResult, DeviceID, allocated_device_ids, allocated_shares
 
-__all__ = ["AllocatedDevices", "SharedView", "Shares", "TakenAlso", "unwritten"]
+__all__ = ["AllocatedDevices", "Planned", "SharedAlso", "SharedView", "Shares", "TakenAlso", "unwritten"]
 
 Shares = dict[DeviceID, dict[tuple[str, str], Mapping[str, Fraction] | None]]  # device -> (holder, shareID) -> consumed
 DeviceShares = Mapping[tuple[str, str], Mapping[str, Fraction] | None]  # one device's: (holder, shareID) -> consumed
@@ -49,6 +49,51 @@ class AllocatedDevices:
     def __iter__(self) -> Iterator[Any]:
         yield from (d for d, claim in self.claimed.items() if claim not in self.own_claims)
         yield from (d for d, owner in self.inflight.items() if owner != self.pod_uid)
+
+
+@dataclass(frozen=True, slots=True)
+class Planned:
+    """The devices a gang's plan gave the members placed on a node so far: held whole, and shares
+    (consumed capacity). Not written anywhere yet: the allocator counts them for the next member."""
+
+    whole: frozenset[DeviceID] = frozenset()
+    shares: tuple[tuple[DeviceID, Mapping[str, Fraction]], ...] = ()
+
+    def add(self, results: Iterable[AllocationResult]) -> Planned:
+        whole, shares = set(self.whole), list(self.shares)
+        for result in results:
+            whole.update(allocated_device_ids(result))
+            for share in allocated_shares(result):
+                if share.consumed is None:  # a share recording no consumption holds its device whole
+                    whole.add(share.device)
+                else:
+                    shares.append((share.device, share.consumed))
+        return Planned(frozenset(whole), tuple(shares))
+
+
+@dataclass(frozen=True, slots=True)
+class SharedAlso:
+    """Shares in use plus those a gang's plan gave earlier members (``Planned.shares``)."""
+
+    base: SharedView
+    extra: tuple[tuple[DeviceID, Mapping[str, Fraction]], ...]
+
+    def __contains__(self, device: object) -> bool:
+        return any(d == device for d, _ in self.extra) or device in self.base
+
+    def __bool__(self) -> bool:
+        return bool(self.extra) or bool(self.base)
+
+    def consumed(self, device: DeviceID) -> Mapping[str, Fraction] | None:
+        base = self.base.consumed(device)
+        extra = [consumed for planned, consumed in self.extra if planned == device]
+        if not extra:
+            return base
+        total = dict(base or {})
+        for consumed in extra:
+            for name, amount in consumed.items():
+                total[name] = total.get(name, Fraction(0)) + amount
+        return total
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,7 +40,10 @@ class FastPath:
         """``claim`` (the pod's only claim to allocate) on every node of ``names``; None when it is not
         simple (``app.cluster.dra_fast.simple_request``) or the state needs the full search."""
         state = self.state
-        if state.taint_rules or pod.uid in state.inflight:
+        own = state.inflight.get(pod.uid)
+        # A bind under way: only the search leaves its own devices out. A gang member's hold is left
+        # in: its planned node, where the hold is, is passed by the gang participant all the same.
+        if state.taint_rules or (own is not None and not own.held):
             return None
         if claim.constraints or len(claim.requests) != 1:
             return None

@@ -32,7 +32,6 @@ from allocator import (
     AllocationError,
     AllocationResult,
     Allocator,
-    DeviceID,
     DeviceRequestAllocationResult,
     ExtendedClaimPlan,
     RequestMapping,
@@ -43,7 +42,7 @@ from allocator import (
     node_selector_matches,
 )
 from app.cluster.dra import DraState
-from app.cluster.dra_inuse import TakenAlso
+from app.cluster.dra_inuse import Planned, SharedAlso, TakenAlso
 from app.cluster.writes import ClaimWriteError
 from app.pipeline.dra_fast_path import FastPath, FastVerdicts
 from app.pipeline.extended_claims import ExtendedClaims
@@ -181,26 +180,38 @@ class DynamicResources:
         return ""
 
     # ------------------------------------------------------------------ Filter
-    def allocator(self, pod_uid: str, also_taken: frozenset[DeviceID] = frozenset()) -> Allocator:
-        """The allocator for one pod's claims; ``also_taken``: devices a gang's plan has given to
-        members placed before this one (not written anywhere yet)."""
+    def allocator(self, pod_uid: str, planned: Planned | None = None) -> Allocator:
+        """The allocator for one pod's claims; ``planned``: the devices and shares a gang's plan has
+        given to members placed on the node before this one (not written anywhere yet)."""
         state = self.state
         allocated = state.allocated_view(pod_uid)
+        shared = state.shared_view(pod_uid)
         return Allocator(
             state.classes,
-            TakenAlso(allocated, also_taken) if also_taken else allocated,
+            TakenAlso(allocated, planned.whole) if planned is not None and planned.whole else allocated,
             state.selectors,
-            state.shared_view(pod_uid),
+            SharedAlso(shared, planned.shares) if planned is not None and planned.shares else shared,
             taint_rules=state.taint_rules,
         )
 
     # ------------------------------------------------------------------ gangs
+    def node_state(self, node: str) -> tuple[object, ...] | None:
+        """What allocating on ``node`` reads of the cluster, as a value that changes whenever it does
+        (its pools as gathered, their holders' versions, classes and taint rules); None: no pools."""
+        state = self.state
+        ref = state.node_ref(node)
+        if ref is None:
+            return None
+        pools = state.slices.pools_for(ref)
+        versions = tuple(state.pool_versions.get((p.driver, p.name), 0) for p in pools.pools)
+        return (pools, versions, state.rules_version)
+
     def plan_on(
-        self, pod: PodInfo, claims: PodClaims, node: str, taken: frozenset[DeviceID]
+        self, pod: PodInfo, claims: PodClaims, node: str, planned: Planned
     ) -> tuple[AllocationResult, ...] | None:
-        """The devices a gang member's claims would get on ``node`` next to ``taken`` (the devices of
-        members planned there before it); None when they do not fit."""
-        status, results = self.filter(self.allocator(pod.uid, taken), claims, node)
+        """The devices a gang member's claims would get on ``node`` next to ``planned`` (what members
+        planned there before it took); None when they do not fit."""
+        status, results = self.filter(self.allocator(pod.uid, planned), claims, node)
         return results if status.passed and results is not None else None
 
     def hold(
@@ -213,7 +224,7 @@ class DynamicResources:
             if special is not None:
                 held[special[0].key] = results[len(claims.unallocated)]
         if held:
-            self.state.begin(pod.uid, pod.key, node, held, expires_at=until)
+            self.state.begin(pod.uid, pod.key, node, held, expires_at=until, held=True)
 
     def filter(
         self, allocator: Allocator, claims: PodClaims, node: str

@@ -6,20 +6,24 @@ Built from the cache when a group is planned (the first member's /filter), never
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from allocator import AllocationResult, DeviceID, allocated_device_ids
+from allocator import AllocationResult
 from app.cluster.cache import ClusterCache
+from app.cluster.dra_inuse import Planned
 from app.pipeline.dynamicresources import DynamicResources, PodClaims
 from gang.planner import ResourceRoom, Room
 from gang.spec import Member
 from k8s_semantics.placement import PodPlacement, node_matches_placement, tolerates_taints
 from scoring.framework import NodeInfo, PodInfo, Status
 
-__all__ = ["DraRoom", "GroupRooms", "demand_of", "kind_of", "node_room"]
+__all__ = ["DraRoom", "GroupRooms", "NodeLabels", "RoomCache", "demand_of", "kind_of", "node_room"]
 
 PODS = "pods"
+MAX_PODS = 1 << 30  # pod slots of a node whose allocatable names none
+NOTHING_PLANNED = Planned()
 
 
 def demand_of(pod: PodInfo) -> dict[str, int]:
@@ -48,13 +52,88 @@ def node_room(node: NodeInfo, resources: Iterable[str], freed: Mapping[str, int]
     request (pod slots: allocatable pods minus the pods counted there), plus what ``freed`` gives back."""
     free = {}
     for name in resources:
-        if name == PODS:
-            free[name] = node.allocatable.get(PODS, 0) - node.pod_count
+        if name == PODS:  # a node that reports no pod slots is not limited by them (as the fit check)
+            slots = node.allocatable.get(PODS)
+            free[name] = MAX_PODS if slots is None else slots - node.pod_count
         else:
             free[name] = node.allocatable.get(name, 0) - node.requested.get(name, 0)
         if freed:
             free[name] += freed.get(name, 0)
     return ResourceRoom(free)
+
+
+class NodeLabels(Mapping[str, Mapping[str, str]]):
+    """The cache's nodes' labels, by node name, read where the planner asks (no copy per plan)."""
+
+    def __init__(self, nodes: Mapping[str, Any]) -> None:
+        self.nodes = nodes
+
+    def __getitem__(self, name: str) -> Mapping[str, str]:
+        labels: Mapping[str, str] = self.nodes[name].labels
+        return labels
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.nodes)
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+
+def _count(room: DraRoom, member: Member, limit: int) -> int:
+    count, current = 0, room
+    while count < limit:
+        taken = current.take(member)
+        if taken is None:
+            break
+        count, current = count + 1, taken
+    return count
+
+
+class RoomCache:
+    """Each node's room for the resources the last group asked, kept while the node's snapshot is the
+    same object (the cache builds a new one whenever what counts on the node changes): a plan after
+    the last one sizes only the nodes that changed."""
+
+    def __init__(self) -> None:
+        self._rooms: dict[str, tuple[NodeInfo, frozenset[str], ResourceRoom]] = {}
+        # (node, member kind) -> (what its claims ask, the node's DRA state, free resources, members
+        # counted, whether that count is the capacity)
+        self._dra: dict[tuple[str, Hashable], tuple[object, object, Mapping[str, int], int, bool]] = {}
+
+    def dra_capacity(self, room: DraRoom, member: Member, limit: int) -> int:
+        """``room``'s capacity for ``member``'s kind, counted by allocating once per node state: a
+        count below the limit it was asked with is the capacity, one at it a lower bound."""
+        assert room.rooms.dra is not None
+        claims = room.rooms.claims.get(member.uid)
+        if claims is None or claims.allocated or claims.extended is not None:
+            return _count(room, member, limit)  # claims only this member has: nothing to share
+        asked = tuple(claim.devices for claim in claims.unallocated)  # compared, not hashed
+        state = room.rooms.dra.node_state(room.node)
+        key = (room.node, member.kind)
+        kept = self._dra.get(key)
+        if state is not None and kept is not None and kept[:3] == (asked, state, room.resources.amounts):
+            count, exhaustive = kept[3], kept[4]
+            if exhaustive or count >= limit:
+                return min(count, limit)
+        count = _count(room, member, limit)
+        if state is not None:
+            self._dra[key] = (asked, state, room.resources.amounts, count, count < limit)
+        return count
+
+    def room(self, info: NodeInfo, resources: frozenset[str]) -> ResourceRoom:
+        kept = self._rooms.get(info.name)
+        if kept is not None and kept[0] is info and kept[1] == resources:
+            return kept[2]
+        room = node_room(info, resources)
+        self._rooms[info.name] = (info, resources, room)
+        return room
+
+    def prune(self, nodes: int) -> None:
+        """Forget every kept room once far more are kept than the cluster has nodes (deleted nodes)."""
+        if len(self._rooms) > 2 * nodes + 1024:
+            self._rooms.clear()
+        if len(self._dra) > 8 * nodes + 1024:
+            self._dra.clear()
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,17 +144,23 @@ class DraRoom:
     resources: ResourceRoom
     node: str
     rooms: GroupRooms
-    taken: frozenset[DeviceID] = frozenset()
+    planned: Planned = NOTHING_PLANNED
+
+    def capacity(self, member: Member, limit: int) -> int:
+        """How many members like ``member`` fit here, at most ``limit``: by allocating, unless this
+        node's state and room are those a plan before sized for this kind (``RoomCache``)."""
+        if self.planned.whole or self.planned.shares or not self.rooms.kept_rooms:
+            return _count(self, member, limit)
+        return self.rooms.kept.dra_capacity(self, member, limit)
 
     def take(self, member: Member) -> DraRoom | None:
         left = self.resources.take(member)
         if left is None:
             return None
-        results = self.rooms.allocate(member.uid, self.node, self.taken)
+        results = self.rooms.allocate(member.uid, self.node, self.planned)
         if results is None:
             return None
-        devices = frozenset(d for result in results for d in allocated_device_ids(result))
-        return DraRoom(left, self.node, self.rooms, self.taken | devices)
+        return DraRoom(left, self.node, self.rooms, self.planned.add(results))
 
     def free(self, resource: str) -> int:
         return self.resources.free(resource)
@@ -96,6 +181,8 @@ class GroupRooms:
         self.pods = {pod.uid: pod for pod in pods}
         self.freed = freed or {}  # per node, what preemption's victims would give back
         self.claims: dict[str, PodClaims] = {}
+        self.kept = RoomCache()  # replaced by the participant's own in ``rooms``
+        self.kept_rooms = not self.freed  # a dry run with victims freed sizes its nodes afresh
 
     def claims_of(self, pod: PodInfo) -> PodClaims | Status | None:
         """The member's claims (None: it has none, or DRA is off), or why it cannot run anywhere yet."""
@@ -108,21 +195,24 @@ class GroupRooms:
             self.claims[pod.uid] = claims
         return claims
 
-    def allocate(self, uid: str, node: str, taken: frozenset[DeviceID]) -> tuple[AllocationResult, ...] | None:
+    def allocate(self, uid: str, node: str, planned: Planned) -> tuple[AllocationResult, ...] | None:
         claims = self.claims.get(uid)
         if claims is None or self.dra is None:
             return ()
-        return self.dra.plan_on(self.pods[uid], claims, node, taken)
+        return self.dra.plan_on(self.pods[uid], claims, node, planned)
 
-    def rooms(self, nodes: Iterable[str], members: Sequence[Member]) -> dict[str, Room]:
-        resources = {name for member in members for name in member.demand}
+    def rooms(self, nodes: Iterable[str], members: Sequence[Member], kept: RoomCache) -> dict[str, Room]:
+        resources = frozenset(name for member in members for name in member.demand)
+        kept.prune(len(self.cache.nodes))
+        self.kept = kept
         with_claims = any(m.uid in self.claims for m in members)
         out: dict[str, Room] = {}
         for name in nodes:
             info = self.cache.node_info(name)
             if info is None:
                 continue
-            room = node_room(info, resources, self.freed.get(name))
+            freed = self.freed.get(name)
+            room = node_room(info, resources, freed) if freed else kept.room(info, resources)
             out[name] = DraRoom(room, name, self) if with_claims else room
         return out
 
@@ -142,15 +232,15 @@ class GroupRooms:
     def holdings(self, placements: Mapping[str, str]) -> dict[str, tuple[PodClaims, tuple[AllocationResult, ...]]]:
         """Each planned member's devices, allocated node by node in plan order: what its hold keeps.
         Raises LookupError when a member's claims no longer fit (the cache moved while planning)."""
-        taken: dict[str, frozenset[DeviceID]] = {}
+        planned: dict[str, Planned] = {}
         out = {}
         for uid, node in placements.items():
             claims = self.claims.get(uid)
             if claims is None:
                 continue
-            results = self.allocate(uid, node, taken.get(node, frozenset()))
+            results = self.allocate(uid, node, planned.get(node, Planned()))
             if results is None:
                 raise LookupError(f"the devices of {self.pods[uid].key} on {node} were taken while planning")
-            taken[node] = taken.get(node, frozenset()) | {d for r in results for d in allocated_device_ids(r)}
+            planned[node] = planned.get(node, Planned()).add(results)
             out[uid] = (claims, results)
         return out

@@ -37,7 +37,7 @@ from app.config import GangsConfig
 from app.pipeline.dynamicresources import DynamicResources, PodClaims
 from app.pipeline.fairness import Fairness
 from app.pipeline.framework import BindCycle, FilterCycle, Participant
-from app.pipeline.gang_rooms import GroupRooms, demand_of, kind_of
+from app.pipeline.gang_rooms import GroupRooms, NodeLabels, RoomCache, demand_of, kind_of
 from gang.planner import Plan, Rejection, plan_group
 from gang.spec import GroupRequest, Member, TopologyRequest
 from scoring.framework import SUCCESS, Code, NodeInfo, PodInfo, Status
@@ -97,6 +97,7 @@ class Gangs(Participant):
         self.fairness = fairness
         self.wall_clock = wall_clock
         self.plans: dict[str, GangPlan] = {}
+        self.rooms = RoomCache()  # nodes' free room, kept while their snapshots are unchanged
         self.decisions: deque[dict[str, Any]] = deque(maxlen=_DECISIONS)
         self.last: OrderedDict[str, tuple[str, str]] = OrderedDict()  # group -> (last outcome, its reason)
         self.outcomes: Counter[str] = Counter()
@@ -238,11 +239,8 @@ class Gangs(Participant):
         nodes = frozenset().union(*eligible.values()) if eligible else frozenset()
         if cycle is not None:  # a reason counts the room of every node kube-scheduler offered
             nodes |= frozenset(cycle.names)
-        # The labels of the nodes members already run on too: they fix the group's domain.
-        labels = {
-            name: self.cache.nodes[name].labels for name in nodes | set(placed.values()) if name in self.cache.nodes
-        }
-        room_of = rooms.rooms(nodes, members)
+        labels = NodeLabels(self.cache.nodes)  # read only at the levels tried; bound members' nodes too
+        room_of = rooms.rooms(nodes, members, self.rooms)
         levels = self.config.topologyLevels
         admit = self._admit(pending) if self.fairness is not None else None
         result: Plan | Rejection = Rejection("")

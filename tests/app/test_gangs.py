@@ -9,7 +9,9 @@ import pytest
 
 from app.cluster.objects import pod_from_obj
 from app.cluster.podgroups import coscheduling_from_obj, podgroup_from_obj
+from app.pipeline.claims import DraClaims
 from app.service import ExtenderService
+from scoring.framework import Status
 from tests.conftest import (
     bind_pod,
     claim_obj,
@@ -312,6 +314,55 @@ def test_dra_members_on_one_node_never_get_the_same_device() -> None:
     claims = service.cache.dra.claims
     allocated = {claims[f"default/c{i}"].allocation.devices[0].id for i in range(2)}  # type: ignore[union-attr]
     assert len(allocated) == 2
+
+
+def test_dra_members_sharing_a_gpu_never_plan_more_than_its_capacity() -> None:
+    """Two members asking 30Gi of a shareable 40Gi GPU cannot both share it: the plan counts the
+    shares it gave before, so they go to two nodes."""
+    shareable = {
+        "name": "gpu-0",
+        "allowMultipleAllocations": True,
+        "capacity": {"memory": {"value": "40Gi"}},
+    }
+    dra = [device_class_obj()]
+    dra += [slice_obj(f"s{n}", [dict(shareable)], node=n) for n in ("d1", "d2")]
+    for i in range(2):
+        claim = claim_obj(f"c{i}", selector="device.allowMultipleAllocations")
+        claim["spec"]["devices"]["requests"][0]["exactly"]["capacity"] = {"requests": {"memory": "30Gi"}}
+        dra.append(claim)
+    gang = [with_claims(member("a", i, gpus=0), f"c{i}") for i in range(2)]
+    nodes = [node_obj("d1", gpus=None), node_obj("d2", gpus=None)]
+    service = service_with(nodes, [podgroup("a", 2)], gang, dra=dra)
+    placed = {passed(service, pod, ["d1", "d2"])[0] for pod in gang}
+    assert placed == {"d1", "d2"}
+    for pod in gang:
+        node = next(
+            m["node"]
+            for g in service.gangs_view()["groups"]
+            for m in g["members"]
+            if m["uid"] == pod["metadata"]["uid"]
+        )
+        assert bind_pod(service, pod, node) == {"Error": ""}
+
+
+def test_a_nodes_dra_capacity_is_counted_again_once_its_devices_change() -> None:
+    """The planner keeps how many members of a kind a node's devices take while the node's DRA state
+    is the same; a device taken since must not be counted from that memo."""
+    dra = [device_class_obj()]
+    dra += [slice_obj(f"s{n}", [gpu_device("g0"), gpu_device("g1")], node=n) for n in ("d1", "d2")]
+    dra += [claim_obj(f"c{i}") for i in range(3)]
+    gang = [with_claims(member("a", i, gpus=0), f"c{i}") for i in range(2)]
+    loner = with_claims(pod_obj("loner", uid="loner"), "c2")
+    nodes = [node_obj("d1", gpus=None), node_obj("d2", gpus=None)]
+    service = service_with(nodes, [podgroup("a", 2)], gang, dra=dra)
+    dry = service.explain(filter_body(gang[0], ["d1", "d2"]))["nodes"][0]["gang"]["placements"]
+    assert set(dry.values()) == {"d1"}  # both on d1: it takes two
+    # One of d1's devices taken by a bind in flight (no pod counted there: only its DRA state moves).
+    participant = service.pipeline.get(DraClaims)
+    assert participant is not None
+    assert not isinstance(participant.dra.reserve(pod_from_obj(loner), "d1"), Status)
+    placed = {passed(service, pod, ["d1", "d2"])[0] for pod in gang}
+    assert placed == {"d2"}  # d1 takes one member now: both go to d2
 
 
 def test_a_third_dra_member_that_finds_no_device_makes_the_group_wait() -> None:

@@ -233,12 +233,6 @@ def test_skipped_retries_change_no_placement(policy: str) -> None:
     assert hinted.attempts < full.attempts
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the gang planner lets members planned on one node share the capacity of DRA devices that allow "
-    "multiple allocations (app/pipeline/dynamicresources.py plan_on: also_taken excludes exclusive devices "
-    "only), so a second member's /bind finds its devices taken",
-)
 def test_gangs_of_dra_gpus_fill_a_node_without_over_committing_it() -> None:
     nodes = [node("n0"), node("n1")]
     result = run("gang", nodes, [job("j", 4, 2)], sharing="dra")
