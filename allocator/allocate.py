@@ -14,7 +14,10 @@ This is kube-scheduler's structured allocator (``incubating``) over KEP-5773-ord
   (``allocator.capacity``; a device that allows multiple allocations gets a new *share* while
   its shares fit), would overdraw its pool's shared counters (``allocator.counters``), or breaks a
   ``matchAttribute`` / ``distinctAttribute`` constraint (``allocator.constraints``).
-* No scoring: priorities already are the order, so the first complete solution is the answer.
+* No scoring: priorities already are the order, so the first complete solution is the answer. A
+  caller may *prefer* devices (``allocate(..., prefer=...)``, the extender's device choice): they
+  are tried first among devices of equal rank (``NodePools.preferred``), never across pool or slice
+  priorities.
 * Devices with binding conditions are allocated like any other (their pools come after the others,
   ``allocator.pools``); the results carry the conditions, and /bind waits for them
   (``allocator.binding``, ``app.pipeline.binding_conditions``).
@@ -152,11 +155,14 @@ class Allocator:
         return _ClaimState(claim, requests, constraints, [0] * len(requests))
 
     # ------------------------------------------------------------------ the search
-    def allocate(self, node: NodeRef, pools: NodePools, claims: Sequence[ResourceClaim]) -> Allocated | Unschedulable:
-        """All ``claims`` together on ``node``, or why not; raises ``AllocationError`` for the pod."""
+    def allocate(
+        self, node: NodeRef, pools: NodePools, claims: Sequence[ResourceClaim], prefer: Sequence[DeviceID] = ()
+    ) -> Allocated | Unschedulable:
+        """All ``claims`` together on ``node``, or why not; raises ``AllocationError`` for the pod.
+        ``prefer``: devices to try first among devices of equal rank, in that order."""
         if not claims:
             return Allocated(())
-        search = _Search(self, node, pools, [self._claim_state(c) for c in claims])
+        search = _Search(self, node, pools, [self._claim_state(c) for c in claims], prefer)
         if search.run():
             return Allocated(tuple(search.result(state) for state in search.states))
         if pools.has_invalid:
@@ -181,12 +187,22 @@ class Allocator:
 class _Search:
     """One Allocate call: the depth-first search over a fixed, ordered candidate list."""
 
-    def __init__(self, allocator: Allocator, node: NodeRef, pools: NodePools, states: list[_ClaimState]) -> None:
+    def __init__(
+        self,
+        allocator: Allocator,
+        node: NodeRef,
+        pools: NodePools,
+        states: list[_ClaimState],
+        prefer: Sequence[DeviceID] = (),
+    ) -> None:
         self.allocator = allocator
         self.node = node
         self.pools = pools
         self.states = states
         self.candidates = pools.candidates
+        self.off_node = pools.off_node  # positions in ``candidates`` of devices for other nodes
+        if prefer:
+            self.candidates, self.off_node = pools.preferred(prefer)
         # device -> its holders in this attempt, (claim index, admin access), in push order: with
         # admin access several claims can hold one device, and each pop must drop only its own hold.
         self.picked: dict[DeviceID, list[tuple[int, bool]]] = {}
@@ -309,9 +325,7 @@ class _Search:
         found = self._selectable.get(key)
         if found is None:
             device = candidate.device
-            found = (
-                not device.unsupported and self.allocator.selectable(candidate, alt) and i not in self.pools.off_node
-            )
+            found = not device.unsupported and self.allocator.selectable(candidate, alt) and i not in self.off_node
             self._selectable[key] = found
         return found
 

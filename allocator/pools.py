@@ -30,11 +30,17 @@ then pool priority (higher first), then name. An incomplete or invalid pool offe
 sorts with the pools without binding conditions, as upstream's (which has no device slices then).
 Slices in a pool by slice priority (higher first), then name; devices in published order. Without
 priorities this is exactly 1.36's order.
+
+A *preference* (``NodePools.preferred``: devices the caller would rather have, in order) reorders
+only devices of equal rank: within each run of consecutive candidates whose pool (binding
+conditions or not, driver, pool priority) and slice priority are the same, the preferred devices
+come first in the preferred order, the others after them in search order. Pool and slice
+priorities are never crossed, and the search still checks every constraint, capacity and counter.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from allocator.counters import PoolCounters
@@ -144,7 +150,8 @@ class NodePools:
     ``gathered`` has every pool (usable or not) in order; ``pools`` the usable ones; ``candidates``
     their devices flattened in search order; ``off_node`` the positions in ``candidates`` of
     per-device-node-selection devices that are not for this node (skipped after their selectors);
-    ``counters`` the usable pools' counter sets by (driver, pool).
+    ``counters`` the usable pools' counter sets by (driver, pool); ``ranks`` per candidate the
+    index of its run of equal rank (what a preference may reorder, ``preferred``).
     """
 
     node: str
@@ -156,9 +163,23 @@ class NodePools:
     has_invalid: bool
     local_selector: NodeSelector  # matchFields metadata.name In [node], shared by node-local results
     counters: Mapping[PoolKey, PoolCounters] = field(default_factory=dict)
+    ranks: tuple[int, ...] = ()
 
     def __len__(self) -> int:
         return len(self.gathered)
+
+    def preferred(self, prefer: Sequence[DeviceID]) -> tuple[tuple[Candidate, ...], frozenset[int]]:
+        """The candidates with ``prefer``'s devices first within their run of equal rank (in
+        ``prefer``'s order, the others after them in search order), and ``off_node`` for that order."""
+        wanted = {device: position for position, device in enumerate(prefer)}
+        ranks = self.ranks or (0,) * len(self.candidates)
+        order = sorted(
+            range(len(self.candidates)),
+            key=lambda i: (ranks[i], wanted.get(self.candidates[i].id, len(wanted)), i),
+        )
+        candidates = tuple(self.candidates[i] for i in order)
+        off_node = frozenset(position for position, i in enumerate(order) if i in self.off_node)
+        return candidates, off_node
 
 
 @dataclass(slots=True)
@@ -287,11 +308,19 @@ def gather_pools(
     usable = tuple(p for p in gathered if p.usable)
     flat: list[Candidate] = []
     off_node: set[int] = set()
+    ranks: list[int] = []
+    rank: tuple[bool, str, int, int] | None = None
+    run = -1
     for pool in usable:
         for s in pool.slices:
             if s.shared_counters:
                 continue  # a counter slice: counter sets for the whole pool, no devices (1.36 buildPool)
-            flat.extend(candidates[s.name])
+            found = candidates[s.name]
+            same = (pool.has_binding_conditions, pool.driver, pool.priority, s.priority)
+            if found and same != rank:
+                rank, run = same, run + 1
+            flat.extend(found)
+            ranks.extend([run] * len(found))
     # Per-device node selection is decided per node, after the selectors (as upstream's isSelectable).
     for i, c in enumerate(flat):
         dev = c.device
@@ -309,6 +338,7 @@ def gather_pools(
         has_invalid=any(p.invalid for p in gathered),
         local_selector=_local_selector(node.name),
         counters={(p.driver, p.name): p.counters for p in usable if p.counters is not None},
+        ranks=tuple(ranks),
     )
     return pools, tuple(groups)
 

@@ -13,10 +13,11 @@ from app.pipeline.fairness import FLAVOR_FAIRNESS
 from app.yamlfile import read_yaml
 from fairshare.config import QueueConfig, parse_queue_config
 from scoring.best_scored import FEASIBLE, FilterReturns
+from scoring.devices import DeviceChoice
 from scoring.framework import ArgsError, ScorePlugin
 from scoring.managed_fit import ManagedResourcesFit
 from scoring.priority_scale import CANDIDATES, PriorityScale
-from scoring.profile import Profile, ScorePluginSpec, build_score_plugin
+from scoring.profile import Profile, ScorePluginSpec, build_placer, build_score_plugin
 from scoring.tie_break import TieBreak
 
 __all__ = ["API_VERSION", "KIND", "ConfigError", "ExtenderConfiguration", "PluginConfig", "load_config", "parse_config"]
@@ -237,8 +238,18 @@ class ExtenderConfiguration(_Strict):
         None,
         description="Among the nodes the profile scores highest, which keep the best priority: unset, all of "
         "them (kube-scheduler picks one at random); {mostAllocated: [nvidia.com/gpu]}, for a pod that asks for "
-        "one of those device resources, only the nodes whose devices would be most allocated after it. Needs "
+        "one of those device resources, only the nodes whose devices would be most allocated after it; "
+        "{lowestName: true}, then only the node with the smallest name (a fixed node order). Needs "
         "priorityScale: Candidates. See scoring/tie_break.py.",
+    )
+    deviceChoice: Literal["FirstFit", "LeastFragmentation"] = Field(
+        "FirstFit",
+        description="Which devices of the chosen node a pod takes, for the plugins that score the node after the "
+        "pod (GpuFragmentation, GpuPacking) and for the DRA allocator, which takes them first among devices of "
+        "equal priority: FirstFit (the first devices in the allocator's order with enough left) or "
+        "LeastFragmentation (a share of one device goes to the device that leaves the node least fragmented for "
+        "the GpuFragmentation plugin's workload, as the FGD paper's binder; whole devices by first fit). See "
+        "scoring/devices.py.",
     )
     filterReturns: FilterReturns = Field(
         FEASIBLE,
@@ -310,6 +321,10 @@ class ExtenderConfiguration(_Strict):
         """The scheduling profile. ``FlavorFairness`` reads queue state, so the pipeline passes it in
         (``app.pipeline.fairness.FlavorFairness``, built only when queues are on); without it the
         plugin is only validated (no args, needs ``queues:``) and left out."""
+        try:
+            placer = build_placer(DeviceChoice(self.deviceChoice), [(p.name, p.args) for p in self.plugins])
+        except ArgsError as exc:
+            raise ValueError(str(exc)) from None
         scorers = []
         for i, p in enumerate(self.plugins):
             if p.name == FLAVOR_FAIRNESS:
@@ -321,10 +336,11 @@ class ExtenderConfiguration(_Strict):
                     scorers.append(ScorePluginSpec(flavor_fairness, p.weight))
                 continue
             try:
-                scorers.append(ScorePluginSpec(build_score_plugin(p.name, p.args, f"plugins[{i}]"), p.weight))
+                plugin = build_score_plugin(p.name, p.args, f"plugins[{i}]", placer)
             except ArgsError as exc:
                 raise ValueError(str(exc)) from None
-        return Profile([ManagedResourcesFit(self.managed_resource_names)], scorers)
+            scorers.append(ScorePluginSpec(plugin, p.weight))
+        return Profile([ManagedResourcesFit(self.managed_resource_names)], scorers, placer)
 
 
 def _format_validation_error(exc: ValidationError) -> str:

@@ -114,10 +114,17 @@ PLUGIN_ARGS: dict[str, type[BaseModel]] = {
 
 
 class TieBreakConfig(_Doc):
-    mostAllocated: list[str] = Field(
+    mostAllocated: list[str] | None = Field(
+        None,
         description="Device resources (not cpu, memory, pods or hugepages). For a pod asking for one of them, of "
         "the nodes the profile scores highest only those whose devices would be most allocated after the pod "
-        "keep priority 10; the others get 9."
+        "keep priority 10; the others get 9.",
+    )
+    lowestName: bool = Field(
+        False,
+        description="Of the nodes left at 10 (after mostAllocated), only the one with the lexicographically "
+        "smallest name keeps it, for every pod: a fixed node order, the rule of the FGD paper's artifact "
+        "(its kube-scheduler takes the smallest name among equal totals). Set mostAllocated, lowestName or both.",
     )
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from scoring.devices import DeviceResourceArgs, DeviceRowScorer, PodDevices, fit, fit_demand_batch
+from scoring.devices import FIRST_FIT, DeviceResourceArgs, DeviceRowScorer, Placer, PodDevices, fit, fit_demand_batch
 from scoring.framework import MAX_NODE_SCORE, MIN_NODE_SCORE, NodeInfo, PodInfo
 from scoring.table import Batch, Int64Array
 
@@ -40,8 +40,8 @@ def _value(cpu_after: int, milli_after: int) -> int:
 class BestFit(DeviceRowScorer):
     name = NAME
 
-    def __init__(self, args: BestFitArgs) -> None:
-        super().__init__(args.resource)
+    def __init__(self, args: BestFitArgs, placer: Placer = FIRST_FIT) -> None:
+        super().__init__(args.resource, placer)  # which devices does not change the score: only shared
         self.args = args
 
     def score(self, pod: PodInfo, node: NodeInfo) -> int:
@@ -51,7 +51,7 @@ class BestFit(DeviceRowScorer):
         return _value(placed.cpu_left - placed.demand.cpu, placed.idle - placed.demand.total)
 
     def score_rows(self, demand: PodDevices, batch: Batch) -> Int64Array:
-        placed = fit_demand_batch(demand, batch, self.args.resource)
+        placed = fit_demand_batch(demand, batch, self.args.resource, self.placer)
         milli_after = placed.idle - demand.total
         cpu_after = placed.cpu_left - demand.cpu
         numerator = MAX_NODE_SCORE * _DENOMINATOR - _CPU_FACTOR * cpu_after - _GPU_FACTOR * milli_after

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from scoring.devices import DeviceRowScorer, PodDevices, fit, fit_demand_batch, parse_resource
+from scoring.devices import FIRST_FIT, DeviceRowScorer, Placer, PodDevices, fit, fit_demand_batch, parse_resource
 from scoring.framework import (
     MAX_NODE_DEVICES,
     MAX_NODE_SCORE,
@@ -98,8 +98,8 @@ def stranded(idle: int, cpu_left: int, per_gpu: int) -> int:
 class GpuCpuBalance(DeviceRowScorer):
     name = NAME
 
-    def __init__(self, args: GpuCpuBalanceArgs) -> None:
-        super().__init__(args.resource)
+    def __init__(self, args: GpuCpuBalanceArgs, placer: Placer = FIRST_FIT) -> None:
+        super().__init__(args.resource, placer)  # which devices does not change the score: only shared
         self.args = args
 
     def score(self, pod: PodInfo, node: NodeInfo) -> int:
@@ -116,7 +116,7 @@ class GpuCpuBalance(DeviceRowScorer):
         )
 
     def score_rows(self, demand: PodDevices, batch: Batch) -> Int64Array:
-        placed = fit_demand_batch(demand, batch, self.args.resource)  # shared with the other device plugins
+        placed = fit_demand_batch(demand, batch, self.args.resource, self.placer)  # shared with the other plugins
         # per node: the cpu its device needs (a node without devices strands nothing at any value)
         devices = (placed.free >= 0).sum(axis=1)
         per_gpu = batch.allocatable(CPU) // np.maximum(devices, 1)

@@ -1,19 +1,27 @@
 """The per-device view the GPU-sharing plugins score on: each device's free milli-devices, and the
 devices a pod would get on a node.
 
-The placement is the one the allocator makes, not an ideal one: for each of the pod's devices the
-DRA allocator takes the *first* device in search order with enough capacity left (distinct devices
-for one request), and a device plugin hands out whole free GPUs (all alike). So a plugin that
-scores "the node after the pod" evaluates first fit over ``NodeInfo.devices_free``; choosing the
-GPU inside a node as the FGD artifact does (the one that fragments least) is not available to a
-scheduler extender. Free amounts are milli-devices (``MILLI_DEVICES`` = a whole device); -1 pads
-the rows of nodes with fewer devices in a batch.
+The placement is the one the allocator makes. A ``Placer`` decides which devices of a node a pod's
+demand takes; the plugins score "the node after the pod" on that placement, and the DRA allocator
+honours it (``deviceChoice``: the extender hands the chosen devices to the allocator as its
+preference among devices of equal priority):
+
+* ``FirstFit`` (``FIRST_FIT``, the default): for each of the pod's devices the *first* device in
+  search order with enough capacity left (distinct devices for one request), what the allocator
+  takes without a preference; a device plugin hands out whole free GPUs (all alike);
+* ``LeastFragmentation`` (``scoring.fragmentation.LeastFragmentation``): a share of one device goes
+  to the device that leaves the node least fragmented for the profile's workload, as the FGD
+  artifact's binder; whole devices by first fit (free whole devices are alike).
+
+Free amounts are milli-devices (``MILLI_DEVICES`` = a whole device); -1 pads the rows of nodes with
+fewer devices in a batch.
 """
 
 from __future__ import annotations
 
+import enum
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,10 +34,14 @@ from scoring.table import Batch, BoolArray, Int64Array
 
 __all__ = [
     "DEFAULT_RESOURCE",
+    "FIRST_FIT",
+    "DeviceChoice",
     "DeviceResourceArgs",
     "DeviceRowScorer",
+    "FirstFit",
     "Fit",
     "FitBatch",
+    "Placer",
     "PodDevices",
     "cpu_free",
     "cpu_free_batch",
@@ -40,9 +52,17 @@ __all__ = [
     "fit_demand_batch",
     "parse_resource",
     "pod_devices",
+    "taken",
 ]
 
 DEFAULT_RESOURCE = "nvidia.com/gpu"
+
+
+class DeviceChoice(enum.Enum):
+    """Which devices of the chosen node a pod's demand takes (the configuration's ``deviceChoice``)."""
+
+    FIRST_FIT = "FirstFit"
+    LEAST_FRAGMENTATION = "LeastFragmentation"
 
 
 def parse_resource(raw: object, path: str) -> str:
@@ -91,6 +111,58 @@ def pod_devices(pod: PodInfo, resource: str) -> PodDevices:
     return PodDevices(count, min(milli, MILLI_DEVICES), max(pod.resources.requests.get(CPU, 0), 0))
 
 
+class Placer(ABC):
+    """Which devices of a node a pod's demand takes. ``resource`` is the device resource it decides
+    for (None: any); other resources are placed by first fit (``for_resource``). ``key`` tells
+    placers apart in shared per-batch values."""
+
+    key: Hashable = "FirstFit"
+    resource: str | None = None
+
+    def for_resource(self, resource: str) -> Placer:
+        return self if self.resource is None or self.resource == resource else FIRST_FIT
+
+    @abstractmethod
+    def chosen(self, free: Sequence[int], cpu_left: int, demand: PodDevices) -> tuple[int, ...] | None:
+        """The indices of the devices the demand takes, in the order taken; None when fewer than
+        ``demand.count`` devices have ``demand.milli`` left (the definition). ``cpu_left`` is the
+        node's cpu left before the pod."""
+
+    def place(self, free: Sequence[int], cpu_left: int, demand: PodDevices) -> tuple[int, ...] | None:
+        """The devices' free amounts after the pod, or None when it does not fit."""
+        chosen = self.chosen(free, cpu_left, demand)
+        return None if chosen is None else taken(free, chosen, demand.milli)
+
+    @abstractmethod
+    def place_batch(self, free: Int64Array, cpu_left: Int64Array, demand: PodDevices) -> tuple[BoolArray, Int64Array]:
+        """``place`` per row: whether the demand fits the row's devices, and the rows after it
+        (unchanged where it does not fit)."""
+
+
+class FirstFit(Placer):
+    """The first devices in search order with enough left (``first_fit``)."""
+
+    def chosen(self, free: Sequence[int], cpu_left: int, demand: PodDevices) -> tuple[int, ...] | None:
+        if demand.count <= 0:
+            return ()
+        picked = [index for index, amount in enumerate(free) if amount >= demand.milli][: demand.count]
+        return tuple(picked) if len(picked) == demand.count else None
+
+    def place_batch(self, free: Int64Array, cpu_left: Int64Array, demand: PodDevices) -> tuple[BoolArray, Int64Array]:
+        return first_fit_batch(free, demand.count, demand.milli)
+
+
+FIRST_FIT: Placer = FirstFit()
+
+
+def taken(free: Sequence[int], chosen: Sequence[int], milli: int) -> tuple[int, ...]:
+    """``free`` after ``milli`` is taken from each device of ``chosen``."""
+    after = list(free)
+    for index in chosen:
+        after[index] -= milli
+    return tuple(after)
+
+
 @dataclass(frozen=True, slots=True)
 class Fit:
     """A pod that fits a node by first fit: its demand, and the node's free milli-devices (all of
@@ -102,7 +174,8 @@ class Fit:
 
 
 def fit(pod: PodInfo, node: NodeInfo, resource: str) -> Fit | None:
-    """``Fit`` when the pod's devices fit the node (first fit) and its cpu does; else None."""
+    """``Fit`` when the pod's devices fit the node and its cpu does; else None. Whether the devices
+    fit does not depend on which ones a placer takes."""
     demand = pod_devices(pod, resource)
     free = node.devices_free(resource)
     left = cpu_free(node)
@@ -114,7 +187,7 @@ def fit(pod: PodInfo, node: NodeInfo, resource: str) -> Fit | None:
 @dataclass(frozen=True, slots=True)
 class FitBatch:
     """``Fit`` per node of a batch, with where the pod fits: the devices' free milli-devices before
-    (``free``) and after first fit (``after``, unchanged where the pod does not fit)."""
+    (``free``) and after the placer's choice (``after``, unchanged where the pod does not fit)."""
 
     demand: PodDevices
     fits: BoolArray
@@ -124,20 +197,22 @@ class FitBatch:
     after: Int64Array
 
 
-def fit_batch(pod: PodInfo, batch: Batch, resource: str) -> FitBatch:
-    return fit_demand_batch(pod_devices(pod, resource), batch, resource)
+def fit_batch(pod: PodInfo, batch: Batch, resource: str, placer: Placer = FIRST_FIT) -> FitBatch:
+    return fit_demand_batch(pod_devices(pod, resource), batch, resource, placer)
 
 
-def fit_demand_batch(demand: PodDevices, batch: Batch, resource: str) -> FitBatch:
+def fit_demand_batch(demand: PodDevices, batch: Batch, resource: str, placer: Placer = FIRST_FIT) -> FitBatch:
     """``fit_batch`` for a demand already worked out (what per-node memos are keyed by); computed
-    once per batch and shared by the plugins that score it (read-only)."""
-    return batch.shared(("fit", resource, demand), lambda rows: _fit_demand_batch(demand, rows, resource))
+    once per batch and placer and shared by the plugins that score it (read-only)."""
+    return batch.shared(
+        ("fit", resource, demand, placer.key), lambda rows: _fit_demand_batch(demand, rows, resource, placer)
+    )
 
 
-def _fit_demand_batch(demand: PodDevices, batch: Batch, resource: str) -> FitBatch:
+def _fit_demand_batch(demand: PodDevices, batch: Batch, resource: str, placer: Placer) -> FitBatch:
     free = batch.devices_free(resource)
     left = cpu_free_batch(batch)
-    fits, after = first_fit_batch(free, demand.count, demand.milli)
+    fits, after = placer.place_batch(free, left, demand)
     fits &= left >= demand.cpu
     placed = FitBatch(demand, fits, np.maximum(free, 0).sum(axis=1), left, free, after)
     for values in (placed.fits, placed.idle, placed.cpu_left, placed.after):  # shared: no plugin may write
@@ -147,10 +222,12 @@ def _fit_demand_batch(demand: PodDevices, batch: Batch, resource: str) -> FitBat
 
 class DeviceRowScorer(ABC):
     """A score plugin whose score on a node depends on the node's table row and the pod's demand of
-    ``resource`` alone (a ``RowScorer``): ``score_batch`` keeps ``score_rows`` per row and demand."""
+    ``resource`` alone (a ``RowScorer``): ``score_batch`` keeps ``score_rows`` per row and demand.
+    ``placer`` is the profile's device choice (``deviceChoice``) for ``resource``."""
 
-    def __init__(self, resource: str) -> None:
+    def __init__(self, resource: str, placer: Placer = FIRST_FIT) -> None:
         self._resource = resource
+        self.placer = placer.for_resource(resource)
         self._memo = RowMemo()
 
     def score_batch(self, pod: PodInfo, batch: Batch) -> Int64Array | None:

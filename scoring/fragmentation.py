@@ -1,5 +1,7 @@
 """GpuFragmentation: Fragmentation Gradient Descent (FGD; Weng et al., "Beware of Fragmentation",
-USENIX ATC'23), scored on the placement the allocator makes (first fit, ``scoring.devices``).
+USENIX ATC'23), scored on the placement the allocator makes (the profile's device choice,
+``scoring.devices``); and ``LeastFragmentation``, the device choice that puts a share on the device
+leaving the node least fragmented.
 
 The *target workload* is a list of task types (cpu, per-device milli, device count) with their
 popularity. A node's fragmentation for one task type, in milli-devices:
@@ -22,6 +24,12 @@ popularity ``W`` it is the expected fragment). FGD places a pod where ``F`` grow
 The cpu left is allocatable minus requested (plain requests); the artifact ignores memory, so does
 this. GPU models are not part of a task type here (the node's model is a label scoring does not
 see; the openb default trace restricts no pod to a model). A node the pod does not fit scores 0.
+
+``LeastFragmentation`` (``deviceChoice: LeastFragmentation``): a pod asking for a share of one
+device takes, of the devices with enough left, the one whose use leaves the smallest ``F`` (the
+lowest index among equals); every other demand takes devices by first fit (whole free devices are
+alike). The FGD artifact's binder does the same with the sigmoid's integer score (the first device
+among equal scores); the exact ``F`` decides here.
 """
 
 from __future__ import annotations
@@ -36,13 +44,16 @@ from typing import Any
 import numpy as np
 
 from scoring.devices import (
+    FIRST_FIT,
     DeviceRowScorer,
+    Placer,
     PodDevices,
     cpu_free,
-    first_fit,
+    first_fit_batch,
     fit_demand_batch,
     parse_resource,
     pod_devices,
+    taken,
 )
 from scoring.framework import (
     MAX_NODE_SCORE,
@@ -55,9 +66,18 @@ from scoring.framework import (
     parse_choice,
     reject_unknown_fields,
 )
-from scoring.table import Batch, Int64Array
+from scoring.table import Batch, BoolArray, Int64Array
 
-__all__ = ["NAME", "GpuFragmentation", "GpuFragmentationArgs", "ScoreMapping", "TaskType", "fragmentation"]
+__all__ = [
+    "NAME",
+    "FragmentationMeasure",
+    "GpuFragmentation",
+    "GpuFragmentationArgs",
+    "LeastFragmentation",
+    "ScoreMapping",
+    "TaskType",
+    "fragmentation",
+]
 
 NAME = "GpuFragmentation"
 _TASK_FIELDS = ("cpu", "gpuMilli", "gpus", "popularity")
@@ -123,18 +143,16 @@ def fragmentation(free: Sequence[int], cpu_left: int, workload: Sequence[TaskTyp
     return total
 
 
-class GpuFragmentation(DeviceRowScorer):
-    name = NAME
+class FragmentationMeasure:
+    """``fragmentation`` of many nodes at once (the batch twin), for one workload."""
 
-    def __init__(self, args: GpuFragmentationArgs) -> None:
-        super().__init__(args.resource)
-        self.args = args
-        workload = args.workload
+    def __init__(self, workload: Sequence[TaskType]) -> None:
+        self.workload = tuple(workload)
         self.weight = sum(t.popularity for t in workload)
         self._cpu = np.array([t.cpu for t in workload], dtype=np.int64)
         self._milli = np.array([t.gpu_milli for t in workload], dtype=np.int64)
         self._gpus = np.array([t.gpus for t in workload], dtype=np.int64)
-        self._needs_gpus = self._gpus[None, :] > 0  # 1 x types
+        self._needs_gpus = self._gpus > 0
         self._popularity = np.array([t.popularity for t in workload], dtype=np.int64)
         self._levels, self._level_of = np.unique(self._milli, return_inverse=True)
         # Per free amount a device can have (-1, no device, to MILLI_DEVICES): per distinct level, the
@@ -144,6 +162,81 @@ class GpuFragmentation(DeviceRowScorer):
         enough = (amounts >= self._levels[None, :]).astype(np.int64)
         self._per_amount = np.concatenate((short, enough, np.maximum(amounts, 0)), axis=1)
         self._count_column = len(self._levels) + self._level_of
+
+    def batch(self, free: Int64Array, cpu_left: Int64Array) -> Int64Array:
+        """``fragmentation`` per row, by table lookup: ``self._per_amount[a + 1]`` holds what one device
+        with ``a`` free milli-devices adds per distinct per-device milli of the types (its free amount if
+        it is short of it, 1 if it has enough) and to the node's idle total, so a row's sums are one
+        gather and one sum (a request computes few rows: numpy's per-call cost dominates)."""
+        sums = self._per_amount[np.maximum(free, -1) + 1].sum(axis=1)  # rows x (2 levels + 1)
+        return self._from_sums(sums, cpu_left)
+
+    def after_each(self, free: Int64Array, cpu_after: Int64Array, milli: int) -> Int64Array:
+        """rows x devices: ``fragmentation`` of the row after ``milli`` is taken from that one device
+        (meaningless where the device has less than ``milli`` left), with ``cpu_after`` cpu left."""
+        clipped = np.maximum(free, -1)
+        before = self._per_amount[clipped + 1]  # rows x devices x sums
+        change = self._per_amount[np.maximum(clipped - milli, -1) + 1] - before
+        sums = before.sum(axis=1)[:, None, :] + change  # rows x devices x sums
+        return self._from_sums(sums, cpu_after[:, None])
+
+    def _from_sums(self, sums: Int64Array, cpu_left: Int64Array) -> Int64Array:
+        short = sums[..., self._level_of]  # ... x types
+        counts = sums[..., self._count_column]
+        hosts = self._needs_gpus & (cpu_left[..., None] >= self._cpu) & (counts >= self._gpus)
+        result: Int64Array = np.where(hosts, short, sums[..., -1:]) @ self._popularity
+        return result
+
+
+class LeastFragmentation(Placer):
+    """``deviceChoice: LeastFragmentation`` for ``resource``: a share of one device goes to the device
+    that leaves the least ``fragmentation`` for ``workload`` (the lowest index among equals); every
+    other demand by first fit."""
+
+    def __init__(self, workload: Sequence[TaskType], resource: str) -> None:
+        self.measure = FragmentationMeasure(workload)
+        self.resource = resource
+        self.key = ("LeastFragmentation", id(self))
+
+    @staticmethod
+    def _share(demand: PodDevices) -> bool:
+        return demand.count == 1 and demand.milli < MILLI_DEVICES
+
+    def chosen(self, free: Sequence[int], cpu_left: int, demand: PodDevices) -> tuple[int, ...] | None:
+        if not self._share(demand):
+            return FIRST_FIT.chosen(free, cpu_left, demand)
+        best: tuple[int, int] | None = None
+        for index, amount in enumerate(free):
+            if amount >= demand.milli:
+                left = fragmentation(taken(free, (index,), demand.milli), cpu_left - demand.cpu, self.measure.workload)
+                if best is None or left < best[0]:
+                    best = (left, index)
+        return None if best is None else (best[1],)
+
+    def place_batch(self, free: Int64Array, cpu_left: Int64Array, demand: PodDevices) -> tuple[BoolArray, Int64Array]:
+        if not self._share(demand) or not free.shape[1]:
+            return first_fit_batch(free, demand.count, demand.milli)
+        enough = free >= demand.milli
+        left = np.where(enough, self.measure.after_each(free, cpu_left - demand.cpu, demand.milli), _NEVER)
+        choice = left.argmin(axis=1)  # the first of equals
+        fits: BoolArray = np.any(enough, axis=1)
+        after = free.copy()
+        rows = np.arange(len(free))
+        after[rows, choice] -= np.where(fits, demand.milli, 0)
+        return fits, after
+
+
+_NEVER = np.iinfo(np.int64).max
+
+
+class GpuFragmentation(DeviceRowScorer):
+    name = NAME
+
+    def __init__(self, args: GpuFragmentationArgs, placer: Placer = FIRST_FIT) -> None:
+        super().__init__(args.resource, placer)
+        self.args = args
+        self.measure = FragmentationMeasure(args.workload)
+        self.weight = self.measure.weight
         # ΔF reaching thresholds[k-1] scores at least k (Sigmoid): 1000·W·logit(k/100).
         scale = MILLI_DEVICES * self.weight
         self._thresholds = [scale * math.log(k / (MAX_NODE_SCORE - k)) for k in range(1, MAX_NODE_SCORE)]
@@ -153,8 +246,8 @@ class GpuFragmentation(DeviceRowScorer):
     def score(self, pod: PodInfo, node: NodeInfo) -> int:
         demand = pod_devices(pod, self.args.resource)
         free = node.devices_free(self.args.resource)
-        after = first_fit(free, demand.count, demand.milli)
         left = cpu_free(node)
+        after = self.placer.place(free, left, demand)
         if after is None or left < demand.cpu:
             return MIN_NODE_SCORE
         workload = self.args.workload
@@ -168,25 +261,11 @@ class GpuFragmentation(DeviceRowScorer):
         return max(MIN_NODE_SCORE, min(MAX_NODE_SCORE, MAX_NODE_SCORE // 2 + delta // step))
 
     # ------------------------------------------------------------------ batch twin
-    def _fragmentation_batch(self, free: Int64Array, cpu_left: Int64Array) -> Int64Array:
-        """``fragmentation`` per row, by table lookup: ``self._per_amount[a + 1]`` holds what one device
-        with ``a`` free milli-devices adds per distinct per-device milli of the types (its free amount if
-        it is short of it, 1 if it has enough) and to the node's idle total, so a row's sums are one
-        gather and one sum (a request computes few rows: numpy's per-call cost dominates)."""
-        sums = self._per_amount[np.maximum(free, -1) + 1].sum(axis=1)  # rows x (2 levels + 1)
-        short = sums[:, self._level_of]  # rows x types
-        counts = sums[:, self._count_column]
-        hosts = self._needs_gpus & (cpu_left[:, None] >= self._cpu[None, :]) & (counts >= self._gpus[None, :])
-        result: Int64Array = np.where(hosts, short, sums[:, -1:]) @ self._popularity
-        return result
-
     def score_rows(self, demand: PodDevices, batch: Batch) -> Int64Array:
-        placed = fit_demand_batch(demand, batch, self.args.resource)  # shared with BestFit
+        placed = fit_demand_batch(demand, batch, self.args.resource, self.placer)  # shared with BestFit
         free, left = placed.free, placed.cpu_left
         # Before and after in one pass: a request computes few rows, so numpy's per-call cost dominates.
-        both = self._fragmentation_batch(
-            np.concatenate((free, placed.after)), np.concatenate((left, left - demand.cpu))
-        )
+        both = self.measure.batch(np.concatenate((free, placed.after)), np.concatenate((left, left - demand.cpu)))
         delta = both[: len(free)] - both[len(free) :]
         if self.args.mapping is ScoreMapping.SIGMOID:
             scores = np.searchsorted(self._threshold_array, delta.astype(np.float64), side="right").astype(np.int64)

@@ -1,5 +1,6 @@
 """GpuPacking: the FGD artifact's GPU packing baseline (``gpu_packing_score.go``), on the placement
-the allocator makes (first fit, ``scoring.devices``) instead of the artifact's least-left-first pick.
+the allocator makes (the profile's device choice, ``scoring.devices``; first fit by default)
+instead of the artifact's least-left-first pick.
 
 For a pod that asks for devices of ``resource``:
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from scoring.devices import DeviceResourceArgs, first_fit_batch, pod_devices
+from scoring.devices import FIRST_FIT, DeviceResourceArgs, Placer, cpu_free, cpu_free_batch, pod_devices
 from scoring.framework import (
     MAX_NODE_SCORE,
     MILLI_DEVICES,
@@ -38,8 +39,9 @@ GpuPackingArgs = DeviceResourceArgs  # only ``resource``
 class GpuPacking:
     name = NAME
 
-    def __init__(self, args: GpuPackingArgs) -> None:
+    def __init__(self, args: GpuPackingArgs, placer: Placer = FIRST_FIT) -> None:
         self.args = args
+        self.placer = placer.for_resource(args.resource)
 
     def score(self, pod: PodInfo, node: NodeInfo) -> int:
         demand = pod_devices(pod, self.args.resource)
@@ -49,14 +51,10 @@ class GpuPacking:
         whole = sum(1 for amount in free if amount == MILLI_DEVICES)
         if whole == len(free):
             return max(_IDLE - whole, whole)
-        taken: list[int] = []
-        for amount in free:
-            if len(taken) == demand.count:
-                break
-            if amount >= demand.milli:
-                taken.append(amount)
-        if len(taken) < demand.count:
+        chosen = self.placer.chosen(free, cpu_free(node), demand)
+        if chosen is None:
             return MIN_NODE_SCORE
+        taken = [free[index] for index in chosen]
         fresh = sum(1 for amount in taken if amount == MILLI_DEVICES)
         if fresh:
             return max(_FRESH - fresh, _IDLE)
@@ -70,7 +68,7 @@ class GpuPacking:
         free = batch.devices_free(self.args.resource)
         devices = (free >= 0).sum(axis=1)
         whole = (free == MILLI_DEVICES).sum(axis=1)
-        fits, after = first_fit_batch(free, demand.count, demand.milli)
+        fits, after = self.placer.place_batch(free, cpu_free_batch(batch), demand)
         taken = after != free
         fresh = (taken & (free == MILLI_DEVICES)).sum(axis=1)
         spare = np.where(taken, free * 100 // MILLI_DEVICES, 0).sum(axis=1)

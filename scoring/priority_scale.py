@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from scoring.framework import MAX_EXTENDER_PRIORITY, MIN_EXTENDER_PRIORITY
-from scoring.tie_break import winners
+from scoring.tie_break import lowest_name, winners
 
 __all__ = [
     "ABSOLUTE",
@@ -30,6 +30,7 @@ __all__ = [
     "absolute",
     "absolute_batch",
     "break_ties",
+    "break_ties_by_name",
     "candidates",
     "candidates_batch",
     "scale",
@@ -106,6 +107,14 @@ def scale_batch(
 def break_ties(priorities: Sequence[int], keys: Sequence[int]) -> list[int]:
     """``Candidates`` priorities with the best nodes' tie broken (``scoring.tie_break``): of the nodes
     at 10, those without the highest key drop to 9, level with the best of the rest."""
-    won = winners([p == MAX_EXTENDER_PRIORITY for p in priorities], keys)
+    return _demote(priorities, winners([p == MAX_EXTENDER_PRIORITY for p in priorities], keys))
+
+
+def break_ties_by_name(priorities: Sequence[int], names: Sequence[str]) -> list[int]:
+    """``break_ties`` for ``tieBreak.lowestName``: of the nodes at 10, all but the smallest name drop to 9."""
+    return _demote(priorities, lowest_name([p == MAX_EXTENDER_PRIORITY for p in priorities], names))
+
+
+def _demote(priorities: Sequence[int], won: Sequence[bool]) -> list[int]:
     demoted = MAX_EXTENDER_PRIORITY - 1
     return [demoted if p == MAX_EXTENDER_PRIORITY and not w else p for p, w in zip(priorities, won, strict=True)]

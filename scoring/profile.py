@@ -14,6 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from scoring import best_fit, clustering, cpu_balance, dot_product, fitplus, fragmentation, gpu_packing, scarce
+from scoring.devices import FIRST_FIT, DeviceChoice, Placer
 from scoring.framework import (
     SUCCESS,
     ArgsError,
@@ -29,29 +30,51 @@ from scoring.row_memo import RowMemo
 from scoring.table import Batch, Int64Array
 from scoring.verdicts import BatchVerdicts
 
-__all__ = ["SCORE_PLUGINS", "NodeScore", "Profile", "ScorePluginSpec", "build_score_plugin"]
+__all__ = ["SCORE_PLUGINS", "NodeScore", "Profile", "ScorePluginSpec", "build_placer", "build_score_plugin"]
 
-# Registry: plugin name -> factory from raw args (validates, raising ArgsError naming the field).
-SCORE_PLUGINS: Mapping[str, Callable[[Any, str], ScorePlugin]] = {
-    fitplus.NAME: lambda raw, path: fitplus.NodeResourcesFitPlus(fitplus.NodeResourcesFitPlusArgs.parse(raw, path)),
-    scarce.NAME: lambda raw, path: scarce.ScarceResourceAvoidance(scarce.ScarceResourceAvoidanceArgs.parse(raw, path)),
-    # GPU sharing: placement on the per-device view (scoring.devices), the FGD paper's policies
-    fragmentation.NAME: lambda raw, path: fragmentation.GpuFragmentation(
-        fragmentation.GpuFragmentationArgs.parse(raw, path)
+# Registry: plugin name -> factory from raw args (validates, raising ArgsError naming the field) and
+# the profile's device choice (used by the plugins that place a pod on a node's devices).
+SCORE_PLUGINS: Mapping[str, Callable[[Any, str, Placer], ScorePlugin]] = {
+    fitplus.NAME: lambda raw, path, _: fitplus.NodeResourcesFitPlus(fitplus.NodeResourcesFitPlusArgs.parse(raw, path)),
+    scarce.NAME: lambda raw, path, _: scarce.ScarceResourceAvoidance(
+        scarce.ScarceResourceAvoidanceArgs.parse(raw, path)
     ),
-    gpu_packing.NAME: lambda raw, path: gpu_packing.GpuPacking(gpu_packing.GpuPackingArgs.parse(raw, path)),
-    best_fit.NAME: lambda raw, path: best_fit.BestFit(best_fit.BestFitArgs.parse(raw, path)),
-    dot_product.NAME: lambda raw, path: dot_product.DotProduct(dot_product.DotProductArgs.parse(raw, path)),
-    clustering.NAME: lambda raw, path: clustering.GpuClustering(clustering.GpuClusteringArgs.parse(raw, path)),
-    cpu_balance.NAME: lambda raw, path: cpu_balance.GpuCpuBalance(cpu_balance.GpuCpuBalanceArgs.parse(raw, path)),
+    # GPU sharing: placement on the per-device view (scoring.devices), the FGD paper's policies
+    fragmentation.NAME: lambda raw, path, placer: fragmentation.GpuFragmentation(
+        fragmentation.GpuFragmentationArgs.parse(raw, path), placer
+    ),
+    gpu_packing.NAME: lambda raw, path, placer: gpu_packing.GpuPacking(
+        gpu_packing.GpuPackingArgs.parse(raw, path), placer
+    ),
+    best_fit.NAME: lambda raw, path, placer: best_fit.BestFit(best_fit.BestFitArgs.parse(raw, path), placer),
+    dot_product.NAME: lambda raw, path, _: dot_product.DotProduct(dot_product.DotProductArgs.parse(raw, path)),
+    clustering.NAME: lambda raw, path, _: clustering.GpuClustering(clustering.GpuClusteringArgs.parse(raw, path)),
+    cpu_balance.NAME: lambda raw, path, placer: cpu_balance.GpuCpuBalance(
+        cpu_balance.GpuCpuBalanceArgs.parse(raw, path), placer
+    ),
 }
 
 
-def build_score_plugin(name: str, raw_args: Any, path: str) -> ScorePlugin:
+def build_score_plugin(name: str, raw_args: Any, path: str, placer: Placer = FIRST_FIT) -> ScorePlugin:
     factory = SCORE_PLUGINS.get(name)
     if factory is None:
         raise ArgsError(f"{path}.name: unknown plugin {name!r} (known: {', '.join(sorted(SCORE_PLUGINS))})")
-    return factory(raw_args, f"{path}.args")
+    return factory(raw_args, f"{path}.args", placer)
+
+
+def build_placer(choice: DeviceChoice, plugins: Sequence[tuple[str, Any]], path: str = "deviceChoice") -> Placer:
+    """The device choice ``choice`` for a profile of ``plugins`` ((name, raw args) in order):
+    ``LeastFragmentation`` takes the workload and resource of the profile's GpuFragmentation."""
+    if choice is DeviceChoice.FIRST_FIT:
+        return FIRST_FIT
+    for index, (name, raw) in enumerate(plugins):
+        if name == fragmentation.NAME:
+            args = fragmentation.GpuFragmentationArgs.parse(raw, f"plugins[{index}].args")
+            return fragmentation.LeastFragmentation(args.workload, args.resource)
+    raise ArgsError(
+        f"{path}: {choice.value} needs a {fragmentation.NAME} plugin in the profile (its workload tells "
+        "which device a share fragments least)"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,9 +106,12 @@ class _NotBatchable(Exception):
 
 
 class Profile:
-    def __init__(self, filters: Sequence[FilterPlugin], scorers: Sequence[ScorePluginSpec]) -> None:
+    def __init__(
+        self, filters: Sequence[FilterPlugin], scorers: Sequence[ScorePluginSpec], placer: Placer = FIRST_FIT
+    ) -> None:
         self.filters = tuple(filters)
         self.scorers = tuple(scorers)
+        self.placer = placer  # the device choice its plugins score (deviceChoice), for the allocator too
         self.scorer_names = tuple(s.plugin.name for s in scorers)
         self._position = {id(spec): index for index, spec in enumerate(self.scorers)}
         # The combined score per (active plugins' row keys, table row): one memo for the profile

@@ -11,7 +11,10 @@ through ResourceClaims.
 ``tieBreak.mostAllocated`` names device resources. For a pod that asks for any of them (in its
 containers or its claims), among the nodes the profile scores highest only those whose devices would
 be most allocated after the pod keep the best priority (``scoring.priority_scale``) and pass
-``filterReturns: BestScored``. Per resource, MostAllocated in milli-devices:
+``filterReturns: BestScored``. ``tieBreak.lowestName`` then keeps, for every pod, only the node with
+the lexicographically smallest name among those left: a fixed order over nodes, the FGD paper's
+artifact's rule (its kube-scheduler's ``selectHost`` takes the smallest name among equal totals).
+Per resource, MostAllocated in milli-devices:
 ``min(used + pod, total) * 100 // total``, where ``used`` and ``total`` are DRA's per-device use and
 1000 per published device where DRA serves the resource (``NodeInfo.fit_amounts``), and 1000 per
 requested and per allocatable device of the device plugin otherwise; the key is the mean over the
@@ -35,7 +38,15 @@ from scoring.table import Batch, Int64Array
 
 IntpArray = npt.NDArray[np.intp]
 
-__all__ = ["NATIVE_RESOURCES", "TieBreak", "asks_for_any", "most_allocated", "most_allocated_batch", "winners"]
+__all__ = [
+    "NATIVE_RESOURCES",
+    "TieBreak",
+    "asks_for_any",
+    "lowest_name",
+    "most_allocated",
+    "most_allocated_batch",
+    "winners",
+]
 
 # Not device resources: counting them in milli-devices has no meaning.
 NATIVE_RESOURCES = frozenset({"cpu", "memory", "pods", "ephemeral-storage"})
@@ -43,13 +54,24 @@ NATIVE_RESOURCES = frozenset({"cpu", "memory", "pods", "ephemeral-storage"})
 
 @dataclass(frozen=True, slots=True)
 class TieBreak:
-    most_allocated: tuple[str, ...]
+    most_allocated: tuple[str, ...] = ()
+    lowest_name: bool = False
 
     @classmethod
     def parse(cls, raw: Any, path: str = "tieBreak") -> TieBreak:
         if not isinstance(raw, Mapping):
-            raise ArgsError(f"{path}: must be a mapping with 'mostAllocated' (a list of device resource names)")
-        reject_unknown_fields(raw, path, ("mostAllocated",))
+            raise ArgsError(
+                f"{path}: must be a mapping with 'mostAllocated' (a list of device resource names) and/or "
+                "'lowestName' (true)"
+            )
+        reject_unknown_fields(raw, path, ("mostAllocated", "lowestName"))
+        lowest = raw.get("lowestName", False)
+        if not isinstance(lowest, bool):
+            raise ArgsError(f"{path}.lowestName: must be true or false, got {lowest!r}")
+        if "mostAllocated" not in raw:
+            if not lowest:
+                raise ArgsError(f"{path}: set 'mostAllocated', 'lowestName: true' or both")
+            return cls((), lowest)
         names = raw.get("mostAllocated")
         if not isinstance(names, list) or not names:
             raise ArgsError(f"{path}.mostAllocated: must be a non-empty list of device resource names, got {names!r}")
@@ -61,7 +83,7 @@ class TieBreak:
                 raise ArgsError(f"{where}: {name!r} is not a device resource (one such as nvidia.com/gpu)")
             if name in names[:index]:
                 raise ArgsError(f"{where}: duplicate resource name {name!r}")
-        return cls(tuple(names))
+        return cls(tuple(names), lowest)
 
 
 def _amounts(node: NodeInfo, resource: str) -> tuple[int, int]:
@@ -114,6 +136,12 @@ def most_allocated_batch(
         total_scores = score if total_scores is None else total_scores + score
         asked += 1
     return None if total_scores is None else total_scores // asked
+
+
+def lowest_name(best: Sequence[bool], names: Sequence[str]) -> list[bool]:
+    """Among the ``best`` nodes, only the one with the lexicographically smallest name."""
+    first = min((name for is_best, name in zip(best, names, strict=True) if is_best), default=None)
+    return [is_best and name == first for is_best, name in zip(best, names, strict=True)]
 
 
 def winners(best: Sequence[bool], keys: Sequence[int]) -> list[bool]:

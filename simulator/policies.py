@@ -7,7 +7,9 @@ so every baseline runs through the same filter → prioritize → bind code as t
 * ``random``: no score plugin: every feasible node ties and kube-scheduler's random tie-break picks;
 * the FGD paper's baselines (Weng et al., USENIX ATC'23), from its artifact's definitions:
   ``dot-product`` (DotProduct), ``gpu-packing`` (GpuPacking), ``best-fit`` (BestFit),
-  ``clustering`` (GpuClustering) and ``fgd`` (GpuFragmentation with the paper's sigmoid);
+  ``clustering`` (GpuClustering) and ``fgd`` (GpuFragmentation with the paper's sigmoid, the
+  artifact's GPU choice inside the node, ``deviceChoice: LeastFragmentation``, and its scheduler's
+  rule among equal scores, the smallest node name: ``tieBreak: {lowestName: true}``);
 * ``fgd-best-fit``: ours of the previous round: GpuFragmentation at an even resolution (15 expected
   milli-GPUs per point, weight 19) with BestFit (weight 1) breaking its near-ties;
 * ``fgd-cpu-balance``: ours (docs/simulate.md): ``fgd-best-fit`` plus GpuCpuBalance (weight 10,
@@ -41,6 +43,7 @@ from simulator.trace import GPU, SimPod
 __all__ = [
     "FIT_RESOURCES",
     "POLICIES",
+    "POLICY_SETTINGS",
     "SHIPPED_SETTINGS",
     "cpu_per_gpu",
     "policy_config",
@@ -117,7 +120,7 @@ def shipped_config() -> dict[str, Any]:
 
 # What ``shipped`` takes from the shipped config besides its plugins (what changes placement, or
 # which verbs kube-scheduler calls).
-SHIPPED_SETTINGS = ("priorityScale", "tieBreak", "filterReturns")
+SHIPPED_SETTINGS = ("priorityScale", "tieBreak", "filterReturns", "deviceChoice")
 
 
 def _shipped(_: Sequence[SimPod]) -> Plugins:
@@ -139,6 +142,11 @@ _PLUGINS: Mapping[str, Callable[[Sequence[SimPod]], Plugins]] = {
     "shipped": _shipped,
 }
 POLICIES = ("fitplus-sra", *_PLUGINS)
+# What a policy sets besides its plugins: for fgd the FGD artifact's GPU choice inside the node and
+# its scheduler's rule among equal scores (the smallest node name).
+POLICY_SETTINGS: Mapping[str, Mapping[str, Any]] = {
+    "fgd": {"deviceChoice": "LeastFragmentation", "priorityScale": "Candidates", "tieBreak": {"lowestName": True}}
+}
 
 
 def policy_plugins(policy: str, pods: Sequence[SimPod] = ()) -> Plugins | None:
@@ -157,6 +165,7 @@ def policy_config(base: ExtenderConfiguration, policy: str, pods: Sequence[SimPo
     data["managedResources"] = list(dict.fromkeys([*FIT_RESOURCES, *base.managed_resource_names]))
     if plugins is not None:
         data["plugins"] = plugins
+    data.update(POLICY_SETTINGS.get(policy, {}))
     if policy == "shipped":
         shipped = shipped_config()
         data.update({key: shipped.get(key) for key in SHIPPED_SETTINGS if key in shipped})

@@ -68,6 +68,11 @@ class ExtendedResources:
     def devices(self, node: str) -> Devices | None:
         return self.devices_by_node.get(node)
 
+    def device_ids(self, node: str, resource: str) -> tuple[DeviceID, ...]:
+        """The devices counted as ``resource`` on ``node``, in the order of ``devices``."""
+        memo = self._selected.get((node, resource))
+        return () if memo is None else tuple(candidate.id for candidate in memo[2])
+
     def set_classes(self, classes: Iterable[DeviceClass]) -> bool:
         """Take the classes as they are now; True if which class serves which name changed."""
         found = extended_resource_classes(classes)

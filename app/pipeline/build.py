@@ -8,6 +8,7 @@ from collections.abc import Callable
 from app.cluster.cache import ClusterCache
 from app.config import ExtenderConfiguration
 from app.pipeline.claims import DraClaims
+from app.pipeline.device_preference import DevicePreference
 from app.pipeline.dynamicresources import ClaimWriter, DynamicResources
 from app.pipeline.fairness import Fairness, FlavorFairness
 from app.pipeline.fit import ResourceFit
@@ -36,7 +37,8 @@ def build_pipeline(
     dra = None
     # Pods with ResourceClaims are ours to allocate only when DRA is on and claims can be written.
     if config.dra.enabled and claim_writer is not None:
-        dra = DynamicResources(cache.dra, wall_clock=wall_clock, allocatable=cache.allocatable)
+        prefer = DevicePreference.of(profile.placer, cache, cache.dra)  # the devices the scores assumed
+        dra = DynamicResources(cache.dra, wall_clock=wall_clock, allocatable=cache.allocatable, prefer=prefer)
         participants.append(DraClaims(dra, claim_writer, config.dra.bindingTimeoutSeconds))
     if fairness is not None:
         participants.append(Queues(fairness))

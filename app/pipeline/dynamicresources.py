@@ -32,6 +32,7 @@ from allocator import (
     AllocationError,
     AllocationResult,
     Allocator,
+    DeviceID,
     DeviceRequestAllocationResult,
     ExtendedClaimPlan,
     RequestMapping,
@@ -54,8 +55,13 @@ __all__ = [
     "DynamicResources",
     "FastVerdicts",
     "PodClaims",
+    "Preference",
     "Reservation",
 ]
+
+# The devices the extender's device choice (``deviceChoice``) gives a pod on a node, to be tried first
+# among devices of equal rank (``app.pipeline.device_preference``); () for no preference.
+Preference = Callable[[PodInfo, str], Sequence[DeviceID]]
 
 log = logging.getLogger("kube_gpu_extender.dra")
 
@@ -125,10 +131,12 @@ class DynamicResources:
         state: DraState,
         wall_clock: Callable[[], float] = time.time,
         allocatable: Callable[[str], Mapping[str, int] | None] = lambda node: None,
+        prefer: Preference | None = None,
     ) -> None:
         self.state = state
         self.wall_clock = wall_clock
         self.allocatable = allocatable  # a node's allocatable: what its device plugins advertise
+        self.prefer = prefer  # the devices the scoring's device choice gave the pod on the chosen node
         self.fast = FastPath(state)
 
     # ------------------------------------------------------------------ PreFilter
@@ -227,9 +235,10 @@ class DynamicResources:
             self.state.begin(pod.uid, pod.key, node, held, expires_at=until, held=True)
 
     def filter(
-        self, allocator: Allocator, claims: PodClaims, node: str
+        self, allocator: Allocator, claims: PodClaims, node: str, prefer: Sequence[DeviceID] = ()
     ) -> tuple[Status, tuple[AllocationResult, ...] | None]:
-        """One node; raises ``AllocationError`` when the pod itself is at fault (not the node)."""
+        """One node; raises ``AllocationError`` when the pod itself is at fault (not the node).
+        ``prefer``: devices to try first among devices of equal rank."""
         wanted = self._to_allocate(claims, node)
         if not wanted and not claims.allocated:
             return Status(), ()  # extended resources all served by device plugins here
@@ -242,7 +251,7 @@ class DynamicResources:
                 return _unresolvable(REASON_NOT_ON_NODE), None
         if not wanted:
             return Status(), ()
-        outcome = allocator.allocate(ref, self.state.slices.pools_for(ref), wanted)
+        outcome = allocator.allocate(ref, self.state.slices.pools_for(ref), wanted, prefer)
         if isinstance(outcome, Unschedulable):
             return _unresolvable(outcome.reason), None
         return Status(), outcome.results
@@ -277,10 +286,14 @@ class DynamicResources:
             return None
         return self.fast.verdicts(pod, claims.unallocated[0], names)
 
+    def preference(self, pod: PodInfo, node: str) -> Sequence[DeviceID]:
+        """The devices the device choice gives ``pod`` on ``node`` (none without a choice)."""
+        return self.prefer(pod, node) if self.prefer is not None else ()
+
     def explain(self, pod: PodInfo, claims: PodClaims, node: str) -> dict[str, object]:
         """Which devices /bind would pick on ``node`` (for /debug/explain)."""
         try:
-            status, results = self.filter(self.allocator(pod.uid), claims, node)
+            status, results = self.filter(self.allocator(pod.uid), claims, node, self.preference(pod, node))
         except AllocationError as exc:
             return {"error": str(exc)}
         view: dict[str, object] = {"passed": status.passed, "reason": status.reason}
@@ -321,10 +334,11 @@ class DynamicResources:
         if isinstance(claims, Status):
             return claims
         results = None
-        if claims.extended is None:
+        prefer = self.preference(pod, node)  # filter's proposals took devices in search order
+        if claims.extended is None and not prefer:
             results = self.state.proposal(pod.uid, claims.unallocated_keys, node) if claims.unallocated else ()
         if results is None:  # no proposal for this node, or its devices were taken meanwhile: decide again
-            status, results = self.filter(self.allocator(pod.uid), claims, node)
+            status, results = self.filter(self.allocator(pod.uid), claims, node, prefer)
             if not status.passed:
                 return status
         else:

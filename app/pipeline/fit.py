@@ -26,7 +26,7 @@ from scoring.managed_fit import ManagedResourcesFit
 from scoring.priority_scale import PriorityScale
 from scoring.profile import Profile
 from scoring.table import Batch, BoolArray
-from scoring.tie_break import TieBreak, asks_for_any, most_allocated, most_allocated_batch
+from scoring.tie_break import TieBreak, asks_for_any, lowest_name, most_allocated, most_allocated_batch
 
 __all__ = ["ResourceFit"]
 
@@ -97,8 +97,16 @@ class ResourceFit(Participant):
         devices)."""
         if self.tie_break is None or np.count_nonzero(best) < 2:
             return best
+        won = self._most_allocated(pod, candidates, batch, best)
+        if self.tie_break.lowest_name and np.count_nonzero(won) > 1:
+            won = np.array(lowest_name(won.tolist(), candidates.names), dtype=np.bool_)
+        return won
+
+    def _most_allocated(self, pod: PodInfo, candidates: Candidates, batch: Batch | None, best: BoolArray) -> BoolArray:
+        """Of the ``best`` candidates, those ``tieBreak.mostAllocated`` keeps."""
+        assert self.tie_break is not None
         resources = self.tie_break.most_allocated
-        if not asks_for_any(pod, resources):
+        if not resources or not asks_for_any(pod, resources):
             return best
         positions = best.nonzero()[0]
         keys = None
@@ -180,6 +188,8 @@ class ResourceFit(Participant):
         keys = self._explain_keys(pod, verdicts)
         if keys is not None:
             scaled = priority_scale.break_ties(scaled, [keys[name] for name in ranked])
+        if self.tie_break is not None and self.tie_break.lowest_name:
+            scaled = priority_scale.break_ties_by_name(scaled, ranked)
         priorities = dict(zip(ranked, scaled, strict=True))
         entries = []
         for name, node, status in verdicts:

@@ -207,8 +207,10 @@ def allocate(
     allocated: Container[DeviceID] = frozenset(),
     shared: SharedDevices = NO_SHARES,
     taint_rules: TaintRules = NO_TAINT_RULES,
+    prefer: Sequence[DeviceID] = (),
 ) -> Allocated | Unschedulable:
-    """One Allocate call on ``node`` (default ``NODE`` without labels) with the default class.
+    """One Allocate call on ``node`` (default ``NODE`` without labels) with the default class;
+    ``prefer``: devices to try first among devices of equal rank.
 
     Share IDs are ``share-1``, ``share-2``... in the order the search hands them out."""
     ref = node or NodeRef(NODE)
@@ -217,7 +219,7 @@ def allocate(
     allocator = Allocator(
         by_name, allocated, SelectorCache(), shared, lambda: f"share-{next(numbers)}", taint_rules=taint_rules
     )
-    return allocator.allocate(ref, index(*slices).pools_for(ref), claims)
+    return allocator.allocate(ref, index(*slices).pools_for(ref), claims, prefer)
 
 
 class Shares:

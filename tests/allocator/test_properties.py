@@ -98,11 +98,14 @@ def feasible_choices(case: Case) -> list[tuple[int, ...]]:
 
 
 @settings(max_examples=150, deadline=None)
-@given(cases())
-def test_the_search_finds_a_valid_solution_exactly_when_one_exists(case: Case) -> None:
+@given(cases(), st.permutations(range(5)), st.integers(0, 5))
+def test_the_search_finds_a_valid_solution_exactly_when_one_exists(case: Case, order: list[int], wanted: int) -> None:
+    """With or without a preference (the first ``wanted`` of ``order``): a preference changes which
+    devices, never whether a solution is found, nor which subrequest is used."""
     devices = [gpu(f"g{i}", model=model, tier=tier) for i, (model, tier) in enumerate(case.devices)]
     taken = frozenset(DeviceID(DRIVER, NODE, f"g{i}") for i in case.taken)
-    outcome = allocate([slice_obj("s", devices)], *build(case), allocated=taken)
+    prefer = [DeviceID(DRIVER, NODE, f"g{i}") for i in order[:wanted]]
+    outcome = allocate([slice_obj("s", devices)], *build(case), allocated=taken, prefer=prefer)
     assert isinstance(outcome, Allocated | Unschedulable)
     choices = feasible_choices(case)
     assert isinstance(outcome, Allocated) == bool(choices)

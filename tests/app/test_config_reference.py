@@ -14,6 +14,7 @@ from app.config import parse_config
 from app.config_reference import PAGE, main, render, sections
 from app.config_schema import PLUGIN_ARGS, QueuesSection, TieBreakConfig
 from fairshare.config import parse_queue_config
+from scoring.devices import FIRST_FIT
 from scoring.profile import SCORE_PLUGINS
 from scoring.tie_break import TieBreak
 
@@ -120,11 +121,11 @@ FULL_ARGS: dict[str, dict[str, Any]] = {
 
 @pytest.mark.parametrize("plugin", sorted(FULL_ARGS))
 def test_each_plugins_args_model_names_exactly_what_its_parser_reads(plugin: str) -> None:
-    _check(PLUGIN_ARGS[plugin], FULL_ARGS[plugin], lambda raw: SCORE_PLUGINS[plugin](raw, "args"))
+    _check(PLUGIN_ARGS[plugin], FULL_ARGS[plugin], lambda raw: SCORE_PLUGINS[plugin](raw, "args", FIRST_FIT))
 
 
 def test_the_tie_break_model_names_what_its_parser_reads() -> None:
-    _check(TieBreakConfig, {"mostAllocated": ["nvidia.com/gpu"]}, TieBreak.parse)
+    _check(TieBreakConfig, {"mostAllocated": ["nvidia.com/gpu"], "lowestName": True}, TieBreak.parse)
 
 
 FULL_QUEUES: dict[str, Any] = {

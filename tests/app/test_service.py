@@ -385,6 +385,28 @@ def test_tie_break_keeps_the_best_nodes_with_the_most_allocated_gpus() -> None:
     assert "tieKey" not in service.explain(filter_body(cpu_pod, names))["nodes"][0]
 
 
+def test_tie_break_by_lowest_name_after_most_allocated() -> None:
+    """``tieBreak.lowestName``: of the nodes left at 10, only the smallest name keeps it, for every pod
+    (after mostAllocated for a GPU pod); BestScored passes only that node, and explain shows the same."""
+    from app.config import parse_config
+
+    nodes = [node_obj("n3"), node_obj("n2"), node_obj("n1", gpus=16), node_obj("n0")]
+    pods = [pod_obj("a", gpus=1, node="n3"), pod_obj("b", gpus=1, node="n2")]
+    tie_break = {"mostAllocated": ["nvidia.com/gpu"], "lowestName": True}
+    service = make_service(
+        nodes, pods, parse_config({"plugins": [], "filterReturns": "BestScored", "tieBreak": tie_break})
+    )
+    names = ["n3", "n2", "n1", "n0"]
+    gpu_pod = pod_obj("p", gpus=1)
+    # most allocated after the pod: n3 and n2 (2/8); of those, n2
+    priorities = json.loads(wire.encode(service.prioritize(filter_body(gpu_pod, names))))
+    assert {s["Host"]: s["Score"] for s in priorities} == {"n3": 9, "n2": 10, "n1": 9, "n0": 9}
+    assert _filter(service, gpu_pod, names)["NodeNames"] == ["n2"]
+    explained = {n["name"]: n["score"] for n in service.explain(filter_body(gpu_pod, names))["nodes"]}
+    assert explained == {"n3": 9, "n2": 10, "n1": 9, "n0": 9}
+    assert _filter(service, pod_obj("c"), names)["NodeNames"] == ["n0"]  # a CPU pod: the smallest name
+
+
 @pytest.mark.parametrize(
     ("config", "message"),
     [

@@ -11,12 +11,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scoring.best_fit import BestFit, BestFitArgs
-from scoring.devices import first_fit
+from scoring.devices import FIRST_FIT, DeviceChoice, Placer, PodDevices, first_fit
 from scoring.dot_product import DotProduct, DotProductArgs
-from scoring.fragmentation import GpuFragmentation, GpuFragmentationArgs, TaskType, fragmentation
+from scoring.fragmentation import (
+    GpuFragmentation,
+    GpuFragmentationArgs,
+    LeastFragmentation,
+    TaskType,
+    fragmentation,
+)
 from scoring.framework import MILLI_DEVICES, ArgsError, NodeInfo, PodInfo, ScorePlugin
 from scoring.gpu_packing import GpuPacking, GpuPackingArgs
-from scoring.profile import build_score_plugin
+from scoring.profile import build_placer, build_score_plugin
 from scoring.resources import PodResources
 from tests.scoring.builders import named_batch
 
@@ -52,8 +58,12 @@ def claim_pod(count: int, milli: int, cpu: int = 4000) -> PodInfo:
     return PodInfo("u", "ns", "p", resources, claim_devices={GPU: (count, milli)} if count else {})
 
 
-def fgd(mapping: str = "Sigmoid") -> GpuFragmentation:
-    return GpuFragmentation(GpuFragmentationArgs.parse({"workload": WORKLOAD, "mapping": mapping}))
+def fgd(mapping: str = "Sigmoid", placer: Placer = FIRST_FIT) -> GpuFragmentation:
+    return GpuFragmentation(GpuFragmentationArgs.parse({"workload": WORKLOAD, "mapping": mapping}), placer)
+
+
+def types(workload: list[dict[str, int]]) -> list[TaskType]:
+    return [TaskType(t["cpu"], t["gpuMilli"], t["gpus"], t["popularity"]) for t in workload]
 
 
 # --------------------------------------------------------------------------- the per-device view
@@ -101,6 +111,47 @@ def test_fgd_prefers_the_placement_that_fills_a_fragment() -> None:
     plugin = fgd()
     assert plugin.score(pod, fragmented) > plugin.score(pod, fresh)
     assert fgd("Linear").score(pod, fragmented) > fgd("Linear").score(pod, fresh)
+
+
+# --------------------------------------------------------------------------- device choice
+def test_least_fragmentation_puts_a_share_where_it_fragments_least() -> None:
+    least = LeastFragmentation(types(WORKLOAD), GPU)
+    share = PodDevices(1, 500, 4000)
+    # free (1000, 500): on the 500 left, nothing is short of any type afterwards (F: 2·1000 CPU-only
+    # type); on the whole device, 500 left stays short of the 1000 type (F: 5·1000 + 2·1000)
+    assert least.chosen((1000, 500), 64000, share) == (1,)
+    assert FIRST_FIT.chosen((1000, 500), 64000, share) == (0,)
+    assert least.place((1000, 500), 64000, share) == (1000, 0)
+    # equal fragmentation: the first of the devices
+    assert least.chosen((1000, 1000), 64000, share) == (0,)
+    assert least.chosen((400, 300), 64000, share) is None
+    # whole devices: first fit (free whole devices are alike)
+    assert least.chosen((500, 1000, 1000), 64000, PodDevices(2, 1000, 0)) == (1, 2)
+    assert least.chosen((500,), 64000, PodDevices(0, 0, 0)) == ()
+
+
+def test_fgd_scores_the_node_after_its_device_choice() -> None:
+    pod, node = claim_pod(1, 500), dra_node([0, 500])  # free (1000, 500)
+    least = LeastFragmentation(types(WORKLOAD), GPU)
+    # F before: 5·500 (short of the 1000 type) + 2·1500 (CPU-only type) = 5500. First fit takes the
+    # whole device, (500, 500): 5·1000 + 2·1000 = 7000, ΔF = -1500; the half-used one, (1000, 0):
+    # 2·1000, ΔF = 3500 (sigmoid(-0.15) = 0.46, sigmoid(0.35) = 0.59)
+    assert fgd().score(pod, node) == 46
+    assert fgd(placer=least).score(pod, node) == 58
+    assert GpuPacking(GpuPackingArgs.parse({}), least).score(pod, node) == 95  # 100 - 50 // 10
+    assert GpuPacking(GpuPackingArgs.parse({})).score(pod, node) == 49  # a fresh GPU
+
+
+def test_device_choice_is_built_from_the_profiles_fragmentation_plugin() -> None:
+    plugins = [("BestFit", {}), ("GpuFragmentation", {"workload": WORKLOAD, "resource": "example.com/gpu"})]
+    placer = build_placer(DeviceChoice.LEAST_FRAGMENTATION, plugins)
+    assert isinstance(placer, LeastFragmentation) and placer.resource == "example.com/gpu"
+    assert placer.for_resource(GPU) is FIRST_FIT and placer.for_resource("example.com/gpu") is placer
+    assert build_placer(DeviceChoice.FIRST_FIT, plugins) is FIRST_FIT
+    with pytest.raises(ArgsError, match="deviceChoice: LeastFragmentation needs a GpuFragmentation plugin"):
+        build_placer(DeviceChoice.LEAST_FRAGMENTATION, [("BestFit", {})])
+    with pytest.raises(ArgsError, match=r"plugins\[1\]\.args\.workload"):
+        build_placer(DeviceChoice.LEAST_FRAGMENTATION, [("BestFit", {}), ("GpuFragmentation", {})])
 
 
 def test_fgd_does_not_fit() -> None:
@@ -181,13 +232,7 @@ def gpu_pods(draw: st.DrawFn) -> PodInfo:
 
 
 @st.composite
-def plugins(draw: st.DrawFn) -> ScorePlugin:
-    name = draw(st.sampled_from(["GpuFragmentation", "GpuPacking", "BestFit", "DotProduct", "GpuCpuBalance"]))
-    if name == "GpuCpuBalance":
-        raw = {"cpuPerGpu": draw(st.integers(1, 40000)), "milliPerPoint": draw(st.integers(1, 50))}
-        return build_score_plugin(name, raw, "p")
-    if name != "GpuFragmentation":
-        return build_score_plugin(name, {}, "p")
+def workloads(draw: st.DrawFn) -> list[dict[str, int]]:
     workload = draw(
         st.lists(
             st.tuples(
@@ -197,12 +242,31 @@ def plugins(draw: st.DrawFn) -> ScorePlugin:
             max_size=6,
         )
     )
+    return [{"cpu": c, "gpuMilli": m, "gpus": g if m else 0, "popularity": p} for c, m, g, p in workload]
+
+
+@st.composite
+def placers(draw: st.DrawFn) -> Placer:
+    if draw(st.booleans()):
+        return FIRST_FIT
+    return LeastFragmentation(types(draw(workloads())), GPU)
+
+
+@st.composite
+def plugins(draw: st.DrawFn) -> ScorePlugin:
+    name = draw(st.sampled_from(["GpuFragmentation", "GpuPacking", "BestFit", "DotProduct", "GpuCpuBalance"]))
+    placer = draw(placers())
+    if name == "GpuCpuBalance":
+        raw = {"cpuPerGpu": draw(st.integers(1, 40000)), "milliPerPoint": draw(st.integers(1, 50))}
+        return build_score_plugin(name, raw, "p", placer)
+    if name != "GpuFragmentation":
+        return build_score_plugin(name, {}, "p", placer)
     raw = {
-        "workload": [{"cpu": c, "gpuMilli": m, "gpus": g if m else 0, "popularity": p} for c, m, g, p in workload],
+        "workload": draw(workloads()),
         "mapping": draw(st.sampled_from(["Sigmoid", "Linear"])),
         "milliPerPoint": draw(st.integers(1, 50)),
     }
-    return build_score_plugin(name, raw, "p")
+    return build_score_plugin(name, raw, "p", placer)
 
 
 @st.composite
@@ -234,3 +298,29 @@ def assert_batch_equals_scalar(plugin: ScorePlugin, pod: PodInfo, node_list: lis
     assert scores is not None
     assert scores.tolist() == [plugin.score(pod, node) for node in named]
     assert all(0 <= s <= 100 for s in scores.tolist())
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    placers(),
+    st.integers(0, 3),
+    st.sampled_from([100, 460, 500, 540, 1000]),
+    st.integers(0, 64000),
+    st.lists(gpu_nodes(), min_size=1, max_size=10),
+)
+def test_device_choice_batch_equals_scalar(
+    placer: Placer, count: int, milli: int, cpu: int, node_list: list[NodeInfo]
+) -> None:
+    """Where the batch twin puts the demand on each row is where the definition puts it."""
+    demand = PodDevices(count, milli if count else 0, cpu)
+    named, batch = named_batch(node_list)
+    free = batch.devices_free(GPU)
+    left = batch.allocatable("cpu") - batch.requested("cpu")
+    fits, after = placer.place_batch(free, left, demand)
+    for row, node in enumerate(named):
+        own = node.devices_free(GPU)
+        placed = placer.place(own, int(left[row]), demand)
+        assert bool(fits[row]) == (placed is not None)
+        width = len(own)
+        assert after[row, :width].tolist() == list(placed if placed is not None else own)
+        assert (after[row, width:] == -1).all()

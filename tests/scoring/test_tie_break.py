@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 from scoring.best_scored import best_scored
 from scoring.framework import ArgsError, NodeInfo, PodInfo
-from scoring.priority_scale import break_ties, candidates
+from scoring.priority_scale import break_ties, break_ties_by_name, candidates
 from scoring.resources import PodResources
-from scoring.tie_break import TieBreak, most_allocated, most_allocated_batch, winners
+from scoring.tie_break import TieBreak, lowest_name, most_allocated, most_allocated_batch, winners
 from tests.scoring.builders import named_batch
 from tests.scoring.test_gpu_sharing_plugins import GPU, claim_pod, dra_node, gpu_nodes, gpu_pods, plugin_node
 
@@ -50,6 +50,9 @@ def test_no_key_for_a_pod_that_asks_for_none_of_the_resources() -> None:
         ({"mostAllocated": ["cpu"]}, "tieBreak.mostAllocated[0]: 'cpu' is not a device resource"),
         ({"mostAllocated": [GPU, GPU]}, "tieBreak.mostAllocated[1]: duplicate resource name"),
         ({"mostAllocated": [GPU], "leastAllocated": [GPU]}, "tieBreak: unknown field(s) ['leastAllocated']"),
+        ({}, "tieBreak: set 'mostAllocated', 'lowestName: true' or both"),
+        ({"lowestName": False}, "tieBreak: set 'mostAllocated', 'lowestName: true' or both"),
+        ({"lowestName": "yes"}, "tieBreak.lowestName: must be true or false, got 'yes'"),
     ],
 )
 def test_args_errors_name_the_field(raw: Any, message: str) -> None:
@@ -66,6 +69,16 @@ def test_only_the_best_nodes_with_the_highest_key_keep_10() -> None:
     assert winners(best_scored([80, 80, 80, 70]), [25, 37, 37, 90]) == [False, True, True, False]
     assert break_ties([10, 10], [12, 12]) == [10, 10]  # still tied: kube-scheduler picks
     assert break_ties([], []) == []
+
+
+def test_lowest_name_alone_or_after_most_allocated() -> None:
+    assert TieBreak.parse({"lowestName": True}) == TieBreak((), True)
+    assert TieBreak.parse({"mostAllocated": [GPU], "lowestName": True}) == TieBreak((GPU,), True)
+    assert TieBreak.parse({"mostAllocated": [GPU]}) == TieBreak((GPU,), False)
+    # of the best nodes (the first three), only the smallest name keeps 10
+    assert lowest_name([True, True, True, False], ["n2", "n10", "n3", "a"]) == [False, True, False, False]
+    assert break_ties_by_name([10, 10, 10, 4], ["n2", "n10", "n3", "a"]) == [9, 10, 9, 4]
+    assert lowest_name([], []) == []
 
 
 @settings(max_examples=200, deadline=None)

@@ -38,8 +38,11 @@ def test_every_policy_is_a_valid_configuration() -> None:
     for policy in POLICIES:
         config = policy_config(base, policy, pods)
         config.build_profile()
-    names = [p.name for p in policy_config(base, "fgd", pods).plugins]
-    assert names == ["GpuFragmentation"]
+    fgd = policy_config(base, "fgd", pods)
+    assert [p.name for p in fgd.plugins] == ["GpuFragmentation"]
+    # the FGD artifact's GPU choice inside the node and its scheduler's rule among equal scores
+    assert (fgd.deviceChoice, fgd.tieBreak) == ("LeastFragmentation", {"lowestName": True})
+    assert policy_config(base, "best-fit", pods).deviceChoice == "FirstFit"
 
 
 def test_print_workload_writes_args_gpu_fragmentation_accepts(
