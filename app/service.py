@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, Protocol
 
 import msgspec
@@ -145,6 +145,8 @@ class ExtenderService:
         """Parse the request's pod (memoised by its exact bytes), let the participants read what they
         need of it, and remember it for /bind."""
         pod = self._pod_memo.get(obj) if isinstance(obj, bytes) else None
+        if pod is None and isinstance(obj, bytes):
+            pod = self._cached_pod(obj)
         if pod is None:
             try:
                 pod = pod_from_obj(wire.decode_pod(obj) if isinstance(obj, bytes) else obj)
@@ -156,6 +158,15 @@ class ExtenderService:
             participant.prepare(pod, obj)
         _remember(self._pending, pod.uid, pod, _PENDING_PODS)
         return pod
+
+    def _cached_pod(self, raw: bytes) -> PodInfo | None:
+        """The cache's pending pod when the request's Pod is that very version of it (same UID and
+        resourceVersion: the API server's copy kube-scheduler received, as our watch did)."""
+        uid, version = wire.pod_identity(raw)
+        cached = self.cache.pods.get(uid) if version else None
+        if cached is None or cached.resource_version != version or cached.node_name:
+            return None
+        return cached
 
     def pod_info(self, raw: bytes) -> PodInfo:
         """The pod of a request body's ``Pod`` bytes as the verbs parse it (memoised by those bytes);
@@ -202,11 +213,22 @@ class ExtenderService:
         the cache to move. A wait that times out is not repeated until the cache changes, so an idle
         backlog costs at most one wait per change.
         """
+        answer = self.filter_or_wait(body)
+        return answer if isinstance(answer, dict) else await answer
+
+    def filter_or_wait(self, body: bytes) -> dict[str, Any] | Coroutine[Any, Any, dict[str, Any]]:
+        """``filter_caught_up``'s answer when it needs no wait (nearly always), else the coroutine that
+        waits for the cache and answers: the HTTP front answers without a task when it can."""
         generation = self.cache.generation
         result, suspect = self._filter(body)
         timeout = self.config.cache.catchUpSeconds
         if not suspect or timeout <= 0 or self._caught_up_at == generation:
             return result
+        return self._filter_after_change(body, generation, timeout, result)
+
+    async def _filter_after_change(
+        self, body: bytes, generation: int, timeout: float, result: dict[str, Any]
+    ) -> dict[str, Any]:
         if await self.cache.changed_after(generation, timeout):
             self.metrics.filter_catch_up.labels("changed").inc()
             return self._filter(body)[0]

@@ -12,7 +12,9 @@ CPU-only), then in each round, one after the other on the same cluster:
   ``baseline-go-shipped`` kube-scheduler alone with deploy/'s settings: what those settings change;
 * with ``--extra-phase extender-null``, also the shipped kube-scheduler config behind
   ``bench.null_extender`` (passes the first candidate, binds, nothing else): what the extender
-  protocol costs kube-scheduler and the API server, which no extender can avoid.
+  protocol costs kube-scheduler and the API server, which no extender can avoid; with
+  ``extender-null-raw`` also behind ``bench.null_raw``, the same null extender without a web framework
+  or an HTTP client library (a check that the floor is itself as cheap as the protocol allows).
 
 Each round also prints the ratio a zero-cost extender could reach when the cores are the limit:
 every process's CPU seconds per pod in the baseline over those of the extender phase without the
@@ -266,14 +268,17 @@ EXTRA_PHASES = (
     "extender-feasible",
     "extender-failures-always",
     "extender-null",
+    "extender-null-raw",
 )
+NULL_EXTENDERS = {"extender-null": "bench.null_extender", "extender-null-raw": "bench.null_raw"}
 
 
-def start_null_extender(plane: ControlPlane) -> Extender:
-    """``bench.null_extender`` in the extender's place (same ServiceAccount, same process slot)."""
+def start_null_extender(plane: ControlPlane, module: str) -> Extender:
+    """A null extender (``bench.null_extender`` or ``bench.null_raw``) in the extender's place (same
+    ServiceAccount, same process slot)."""
     port = free_port()
-    argv = [sys.executable, "-m", "bench.null_extender", "--kubeconfig", str(plane.extender_kubeconfig())]
-    log = plane.workdir / "logs" / "null-extender.log"
+    argv = [sys.executable, "-m", module, "--kubeconfig", str(plane.extender_kubeconfig())]
+    log = plane.workdir / "logs" / f"{module.rsplit('.', 1)[1]}.log"
     proc = Proc("extender", [*argv, "--port", str(port)], log, env={"PYTHONPATH": str(REPO)})
     plane.procs["extender"] = proc.start()
     extender = Extender(proc, port)
@@ -339,7 +344,8 @@ def main(argv: list[str] | None = None) -> int:
         "the shipped profile with "
         "kube-scheduler's default percentageOfNodesToScore (the extender sees a sample of the nodes); the shipped "
         "configuration with filterReturns: Feasible; the shipped configuration with filterFailures: Always; "
-        "kube-scheduler with the shipped profile behind bench.null_extender (passes the first candidate, binds)",
+        "kube-scheduler with the shipped profile behind bench.null_extender (passes the first candidate, binds); "
+        "the same behind bench.null_raw, a second null extender without web framework or HTTP client library",
     )
     parser.add_argument(
         "--pprof",
@@ -387,14 +393,14 @@ def main(argv: list[str] | None = None) -> int:
                         config["filterReturns"] = "Feasible"
                     if name == "extender-failures-always":
                         config["filterFailures"] = "Always"
-                    null = name == "extender-null"
-                    extender = start_null_extender(plane) if null else plane.start_extender(config)
+                    null = NULL_EXTENDERS.get(name)
+                    extender = start_null_extender(plane, null) if null else plane.start_extender(config)
                     edit = _sampled if name == "extender-sampled" else None
                     go_env = {} if name == "extender-go-defaults" else None  # None: deploy/'s GOGC, GOMEMLIMIT
                     plane.start_scheduler(extender.port, qps=qps, edit=edit, env=go_env, flags=profile_flags)
                     wait_for("kube-scheduler to lead", lambda since=started: _leading_since(plane, since), 60)
                 phase = run_phase(plane, f"r{round_index}-{name}", gpus, watch, args.timeout, pprof)
-                if name.startswith("extender") and name != "extender-null":  # the null one keeps no metrics
+                if name.startswith("extender") and name not in NULL_EXTENDERS:  # the null ones keep no metrics
                     phase.verbs = _verb_latencies(extender)
                 if name == "extender" and round_index == args.rounds - 1:
                     results["packing"] = packing(plane, gpu_nodes)

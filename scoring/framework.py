@@ -109,6 +109,9 @@ class PodInfo:
     # DeviceClass with that extendedResourceName, as (count, milli-devices each). Set per request by
     # the adapter (it reads the claims); scoring plugins read it through ``device_request``.
     claim_devices: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    # The API object's metadata.resourceVersion ("" when unknown): the same UID at the same version is
+    # the same pod, so a request's copy need not be parsed again when the cache holds it.
+    resource_version: str = ""
 
     @property
     def key(self) -> str:

@@ -184,6 +184,7 @@ def pod_from_obj(obj: Mapping[str, Any]) -> PodInfo:
         admitted_at=_admitted_at(metadata, spec, status),
         owner_uid=_controller_uid(metadata.get("ownerReferences")),
         terminating=bool(metadata.get("deletionTimestamp")),
+        resource_version=str(metadata.get("resourceVersion") or ""),
         **_group_fields(namespace, metadata, spec, obj),
     )
 

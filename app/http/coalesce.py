@@ -46,6 +46,11 @@ class CoalescingTransport:
         if not self._transport.is_closing():
             self._transport.write(data)
 
+    def write_now(self, data: bytes) -> None:
+        """Send ``data`` at once, after anything held: for an answer already made as one write."""
+        self.flush()
+        self._transport.write(data)
+
     def close(self) -> None:
         self.flush()  # what was written before close goes out first, as with the plain transport
         self._transport.close()
@@ -69,4 +74,5 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol over a ``CoalescingTransport``."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(CoalescingTransport(transport, self.loop))  # type: ignore[arg-type]
+        self.coalescing = CoalescingTransport(transport, self.loop)
+        super().connection_made(self.coalescing)  # type: ignore[arg-type]

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -26,7 +28,7 @@ from app.operator.debug import debug_view, single_node_view
 from app.service import ExtenderService
 from fairshare.usage import queues_view
 
-__all__ = ["BodyTooLarge", "ExtenderVerbs", "create_app"]
+__all__ = ["BodyTooLarge", "ExtenderVerbs", "Verb", "create_app"]
 
 log = logging.getLogger("kube_gpu_extender.server")
 JSON = "application/json"
@@ -116,12 +118,24 @@ def create_app(
     return ExtenderVerbs(service, app)
 
 
+@dataclass(frozen=True)
+class Verb:
+    """One extender verb's route: its name (the metrics label), what answers a body (a result, or an
+    awaitable of one when the answer must wait: a bind, a filter waiting for the cache), and the
+    answer that carries an error instead."""
+
+    name: str
+    handle: Callable[[bytes], Any]
+    on_error: Callable[[str], Any]
+
+
 class ExtenderVerbs:
     """ASGI front for the extender verbs; everything else goes to the FastAPI app behind it.
 
     The verbs are kube-scheduler's hot path: reading the body from the ASGI channel and sending
     prebuilt bytes skips routing, request objects and response classes. They always answer 200
-    with a well-formed result, whatever happens.
+    with a well-formed result, whatever happens. The server's HTTP protocol (``app.http.verb_protocol``)
+    answers the same routes without the ASGI layer, through ``route`` and ``answer``.
     """
 
     def __init__(self, service: ExtenderService, app: FastAPI) -> None:
@@ -130,69 +144,78 @@ class ExtenderVerbs:
         self.limit = service.config.server.maxRequestBytes
         prefix = service.config.server.pathPrefix
         filter_error = wire.filter_result
-        self.routes: dict[str, tuple[str, Callable[[bytes], Awaitable[Any]], Callable[[str], Any]]] = {
-            f"{prefix}/filter": ("filter", service.filter_caught_up, lambda e: filter_error(error=e)),
-            f"{prefix}/prioritize": ("prioritize", _sync(service.prioritize), lambda e: []),
-            f"{prefix}/preempt": (
-                "preempt",
-                _sync(service.preempt),
-                lambda e: {"NodeNameToMetaVictims": {}, "Error": e},
-            ),
-            f"{prefix}/bind": ("bind", service.bind, lambda e: {"Error": e}),
+        self.routes: dict[str, Verb] = {
+            f"{prefix}/filter": Verb("filter", service.filter_or_wait, lambda e: filter_error(error=e)),
+            f"{prefix}/prioritize": Verb("prioritize", service.prioritize, lambda e: []),
+            f"{prefix}/preempt": Verb("preempt", service.preempt, lambda e: {"NodeNameToMetaVictims": {}, "Error": e}),
+            f"{prefix}/bind": Verb("bind", service.bind, lambda e: {"Error": e}),
         }
         for plugin in service.profile.scorer_names:
-            handler = _sync(functools.partial(service.prioritize, plugin=plugin))
-            self.routes[f"{prefix}/prioritize/{plugin}"] = ("prioritize", handler, lambda e: [])
+            handler = functools.partial(service.prioritize, plugin=plugin)
+            self.routes[f"{prefix}/prioritize/{plugin}"] = Verb("prioritize", handler, lambda e: [])
         self.plugin_prefix = f"{prefix}/prioritize/"
+        metrics = service.metrics
+        self._seconds = {verb.name: metrics.request_seconds.labels(verb.name) for verb in self.routes.values()}
+        self._unknown_plugin = metrics.results.labels("prioritize", "unknown-plugin")
+
+    def route(self, path: str) -> Verb | None:
+        """The verb a POST to ``path`` runs; a plugin this profile does not run answers ``[]``."""
+        verb = self.routes.get(path)
+        if verb is None and path.startswith(self.plugin_prefix):
+            return Verb("prioritize", self._no_plugin, lambda e: [])
+        return verb
+
+    def _no_plugin(self, _: bytes) -> list[Any]:
+        self._unknown_plugin.inc()
+        return []
+
+    def start(self, verb: Verb, body: bytes) -> Any:
+        """The verb's result for ``body``, or an awaitable of it; an exception becomes its error answer."""
+        try:
+            return verb.handle(body)
+        except Exception as exc:  # the service must answer, whatever happened
+            return self.failed(verb, exc)
+
+    def failed(self, verb: Verb, exc: Exception) -> Any:
+        log.error("%s failed", verb.name, exc_info=exc)
+        self.service.metrics.results.labels(verb.name, "internal-error").inc()
+        return verb.on_error(f"internal error in the GPU extender: {type(exc).__name__}: {exc}")
+
+    def too_large(self, verb: Verb, message: str) -> Any:
+        self.service.metrics.results.labels(verb.name, "too-large").inc()
+        return verb.on_error(message)
+
+    def answer(self, verb: Verb, result: Any, started: float, read: float) -> tuple[bytes, bytes]:
+        """The answer's JSON and its Server-Timing header value (W3C: the whole handler, body read
+        through answer encoded, and reading the body), for clients and benchmarks that want the
+        server's share of a round trip; the verb's latency is observed."""
+        payload = wire.encode(result)
+        elapsed = time.perf_counter() - started
+        self._seconds[verb.name].observe(elapsed)
+        return payload, b"extender;dur=%.3f, read;dur=%.3f" % (elapsed * 1000, (read - started) * 1000)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":
-            route = self.routes.get(scope["path"])
-            if route is not None:
-                await self._verb(scope, receive, send, *route)
-                return
-            if scope["path"].startswith(self.plugin_prefix):  # a plugin this profile does not run
-                self.service.metrics.results.labels("prioritize", "unknown-plugin").inc()
-                await _send_json(send, b"[]")
+            verb = self.route(scope["path"])
+            if verb is not None:
+                await self._verb(scope, receive, send, verb)
                 return
         await self.app(scope, receive, send)
 
-    async def _verb(
-        self,
-        scope: Scope,
-        receive: Receive,
-        send: Send,
-        name: str,
-        handle: Callable[[bytes], Awaitable[Any]],
-        on_error: Callable[[str], Any],
-    ) -> None:
-        metrics = self.service.metrics
+    async def _verb(self, scope: Scope, receive: Receive, send: Send, verb: Verb) -> None:
         started = read = time.perf_counter()
         try:
             body = await _receive_body(scope, receive, self.limit)
             read = time.perf_counter()
-            result = await handle(body)
+            result = self.start(verb, body)
+            if inspect.isawaitable(result):
+                result = await result
         except BodyTooLarge as exc:
-            metrics.results.labels(name, "too-large").inc()
-            result = on_error(str(exc))
+            result = self.too_large(verb, str(exc))
         except Exception as exc:  # the service must answer, whatever happened
-            log.exception("%s failed", name)
-            metrics.results.labels(name, "internal-error").inc()
-            result = on_error(f"internal error in the GPU extender: {type(exc).__name__}: {exc}")
-        payload = wire.encode(result)
-        elapsed = time.perf_counter() - started
-        # Server-Timing (W3C), for clients and benchmarks that want the server's share of a round trip
-        # per request: the whole handler (body read through answer encoded), and reading the body.
-        timing = b"extender;dur=%.3f, read;dur=%.3f" % (elapsed * 1000, (read - started) * 1000)
+            result = self.failed(verb, exc)
+        payload, timing = self.answer(verb, result, started, read)
         await _send_json(send, payload, (b"server-timing", timing))
-        metrics.request_seconds.labels(name).observe(elapsed)
-
-
-def _sync(fn: Callable[[bytes], Any]) -> Callable[[bytes], Awaitable[Any]]:
-    async def call(body: bytes) -> Any:
-        return fn(body)
-
-    return call
 
 
 async def _receive_body(scope: Scope, receive: Receive, limit: int) -> bytes:

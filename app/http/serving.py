@@ -18,7 +18,9 @@ from starlette.types import ASGIApp
 from app.config import ServerConfig
 from app.http.auth import BearerTokenGuard
 from app.http.coalesce import CoalescingHttpToolsProtocol
+from app.http.server import ExtenderVerbs
 from app.http.tls import RELOAD_INTERVAL, CertificateReloader
+from app.http.verb_protocol import verb_protocol
 
 __all__ = ["ExtenderServer", "build_server"]
 
@@ -69,6 +71,8 @@ def build_server(
     reload_interval: float = RELOAD_INTERVAL,
 ) -> ExtenderServer:
     """The server for ``app`` as ``server`` configures it (TLS, debug token, grace period)."""
+    # The verbs answered in the HTTP protocol itself (app.http.verb_protocol); one write per response either way.
+    protocol = verb_protocol(app) if isinstance(app, ExtenderVerbs) else CoalescingHttpToolsProtocol
     if server.debugTokenFile is not None:
         app = BearerTokenGuard(app, server.debugTokenFile)
     config = uvicorn.Config(
@@ -77,7 +81,7 @@ def build_server(
         port=port,
         log_config=None,
         access_log=False,
-        http=CoalescingHttpToolsProtocol,  # one write per response (app.http.coalesce)
+        http=protocol,
         proxy_headers=False,  # nothing proxies kube-scheduler's calls: no X-Forwarded-* to read
         timeout_graceful_shutdown=server.shutdownGracePeriodSeconds,  # type: ignore[arg-type]  # used as a float
     )

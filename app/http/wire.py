@@ -38,6 +38,7 @@ __all__ = [
     "meta_victims",
     "node_list",
     "node_reasons_raw",
+    "pod_identity",
     "preempt_result",
 ]
 
@@ -157,6 +158,29 @@ def decode_pod(raw: bytes | None) -> dict[str, Any]:
     if not isinstance(pod, dict):
         raise WireError("Pod: missing or not an object")
     return pod
+
+
+class _Metadata(msgspec.Struct):
+    uid: str = ""
+    resourceVersion: str = ""
+
+
+class _PodIdentity(msgspec.Struct):
+    metadata: _Metadata | None = None
+
+
+_decoder_identity = msgspec.json.Decoder(_PodIdentity)
+
+
+def pod_identity(raw: bytes) -> tuple[str, str]:
+    """A request Pod's (metadata.uid, metadata.resourceVersion), ("", "") when it has none; read
+    without building the object (the rest is skipped), so a pod the cache holds at that version need
+    not be parsed. A body this cannot read is left to ``decode_pod``, which says what is wrong."""
+    try:
+        metadata = _decoder_identity.decode(raw).metadata
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        return "", ""
+    return (metadata.uid, metadata.resourceVersion) if metadata is not None else ("", "")
 
 
 def _pod(top: Mapping[str, msgspec.Raw]) -> dict[str, Any]:

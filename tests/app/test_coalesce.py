@@ -12,6 +12,7 @@ from uvicorn.server import ServerState
 from app.http.coalesce import CoalescingHttpToolsProtocol, CoalescingTransport
 from app.http.server import create_app
 from app.http.serving import build_server
+from app.http.verb_protocol import VerbHttpProtocol
 from tests.conftest import filter_body, make_service, node_obj, pod_obj
 
 
@@ -111,8 +112,11 @@ def test_held_writes_go_out_in_order_before_close_and_are_dropped_on_abort() -> 
     assert aborted.writes == [] and aborted.aborted
 
 
-def test_the_served_app_runs_on_the_coalescing_protocol() -> None:
+def test_the_served_app_runs_on_the_coalescing_protocol_that_answers_its_verbs() -> None:
     service = make_service([node_obj("g1", gpus=4)])
-    server = build_server(create_app(service), service.config.server, "127.0.0.1", 0)
-    assert server.config.http is CoalescingHttpToolsProtocol
+    app = create_app(service)
+    server = build_server(app, service.config.server, "127.0.0.1", 0)
+    protocol = server.config.http
+    assert isinstance(protocol, type) and issubclass(protocol, VerbHttpProtocol)
+    assert issubclass(protocol, CoalescingHttpToolsProtocol) and protocol.verbs is app
     assert server.config.proxy_headers is False  # nothing proxies kube-scheduler's calls

@@ -8,14 +8,21 @@ DeviceClass of the same name, and ResourceClaim default/gpu-claim-a asks for one
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections import defaultdict
+from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 
 from allocator import allocation_to_obj
 from app.cluster.objects import node_from_obj
+from app.http.server import create_app
+from app.http.serving import build_server
+from app.service import ExtenderService
+from tests.app.serverutil import running
 from tests.conftest import WIRE_FIXTURES, device_class_obj, make_service, slice_obj
 
 INDEX = json.loads((WIRE_FIXTURES / "index.json").read_text())
@@ -81,10 +88,28 @@ def test_captured_cluster() -> None:
     assert "nvidia.com/gpu" not in nodes["n4"].allocatable
 
 
+@pytest.fixture(params=["asgi", "socket"])
+def client_for_transport(request: pytest.FixtureRequest, client_for: Any) -> Iterator[Any]:
+    """The app through ASGI, or the served app over a socket: there the server's HTTP protocol
+    answers the verbs itself (app.http.verb_protocol), and must answer exactly as the ASGI route."""
+    if request.param == "asgi":
+        yield client_for
+        return
+    with contextlib.ExitStack() as stack:
+
+        def build(service: ExtenderService) -> httpx.Client:
+            server = stack.enter_context(
+                running(build_server(create_app(service), service.config.server, "127.0.0.1", 0))
+            )
+            return stack.enter_context(httpx.Client(base_url=f"http://127.0.0.1:{server.port}"))
+
+        yield build
+
+
 @pytest.mark.parametrize("phase", sorted(PHASES))
-def test_replay_phase(phase: str, client_for: Any) -> None:
+def test_replay_phase(phase: str, client_for_transport: Any) -> None:
     service = make_service(_captured_nodes(), dra=_captured_dra(phase))
-    client = client_for(service)
+    client = client_for_transport(service)
     cache_mode = phase.endswith("nodecache-true")
     for entry in PHASES[phase]:
         body = _request(entry)

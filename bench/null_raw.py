@@ -1,0 +1,165 @@
+"""A second null scheduler extender, as cheap as the protocol allows, for ``bench.throughput``'s
+``extender-null-raw`` phase (run by the bench).
+
+The same answers as ``bench.null_extender`` (/filter passes the first candidate, /bind POSTs the
+Binding), built differently, to check that the floor the shipped extender is measured against is not
+itself slow: no web framework (an ``asyncio.Protocol`` over httptools' C parser on uvloop, each answer
+one prebuilt write) and no HTTP client library (the Binding is one write on a kept-alive TLS
+connection, its answer read by httptools). It checks nothing and keeps nothing; a failure is the
+API server's message in ``Error``.
+
+    python -m bench.null_raw --kubeconfig extender.kubeconfig --port 8888
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ssl
+from typing import Any
+from urllib.parse import urlsplit
+
+import httptools
+import msgspec
+import uvloop
+
+from app.cluster.kube import KubeClient
+
+_args = msgspec.json.Decoder(dict[str, Any])
+_encode = msgspec.json.encode
+_BINDS: set[asyncio.Task[None]] = set()
+_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n"
+
+
+def _answer(body: bytes) -> bytes:
+    return _HEAD % len(body) + body
+
+
+class _Response:
+    """One HTTP/1.1 answer read by httptools: status and body."""
+
+    def __init__(self) -> None:
+        self.parser = httptools.HttpResponseParser(self)
+        self.body: list[bytes] = []
+        self.done = False
+
+    def on_body(self, chunk: bytes) -> None:
+        self.body.append(chunk)
+
+    def on_message_complete(self) -> None:
+        self.done = True
+
+
+class ApiConnections:
+    """Kept-alive TLS connections to the API server, one request at a time on each."""
+
+    def __init__(self, host: str, port: int, context: ssl.SSLContext, authorization: str) -> None:
+        self.host, self.port, self.context = host, port, context
+        self.authorization = authorization.encode()
+        self.idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+
+    async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        reader, writer = self.idle.pop() if self.idle else await self._open()
+        head = (
+            b"POST %s HTTP/1.1\r\nHost: %s\r\nAuthorization: %s\r\nContent-Type: application/json\r\n"
+            b"Accept: application/json\r\nContent-Length: %d\r\n\r\n"
+            % (path.encode(), self.host.encode(), self.authorization, len(body))
+        )
+        writer.write(head + body)
+        response = _Response()
+        while not response.done:
+            data = await reader.read(65536)
+            if not data:
+                writer.close()
+                raise ConnectionError("the API server closed the connection")
+            response.parser.feed_data(data)
+        self.idle.append((reader, writer))
+        return response.parser.get_status_code(), b"".join(response.body)
+
+    async def _open(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        return await asyncio.open_connection(self.host, self.port, ssl=self.context)
+
+
+class NullProtocol(asyncio.Protocol):
+    def __init__(self, api: ApiConnections) -> None:
+        self.api = api
+        self.transport: Any = None  # uvloop's TCPTransport
+        self.parser = httptools.HttpRequestParser(self)
+        self.url = b""
+        self.body: list[bytes] = []
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.parser.feed_data(data)
+
+    def on_url(self, url: bytes) -> None:
+        self.url += url
+
+    def on_body(self, chunk: bytes) -> None:
+        self.body.append(chunk)
+
+    def on_message_complete(self) -> None:
+        url, body = self.url, b"".join(self.body)
+        self.url, self.body = b"", []
+        if url.endswith(b"/bind"):
+            task = asyncio.get_running_loop().create_task(self._bind(body))
+            _BINDS.add(task)  # the loop keeps only a weak reference to a task
+            task.add_done_callback(_BINDS.discard)
+            return
+        if url.endswith(b"/filter"):
+            names = _args.decode(body).get("NodeNames") or []
+            answer: dict[str, Any] = {"NodeNames": names[:1], "FailedNodes": {}, "FailedAndUnresolvableNodes": {}}
+            answer["Error"] = ""
+            self._write(_encode(answer))
+        elif url.endswith(b"/prioritize"):
+            names = _args.decode(body).get("NodeNames") or []
+            self._write(_encode([{"Host": name, "Score": 0} for name in names]))
+        else:  # /readyz
+            self._write(b"{}")
+
+    async def _bind(self, body: bytes) -> None:
+        args = _args.decode(body)
+        namespace, name = args["PodNamespace"], args["PodName"]
+        binding = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "namespace": namespace, "uid": args["PodUID"]},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": args["Node"]},
+        }
+        try:
+            status, reply = await self.api.post(f"/api/v1/namespaces/{namespace}/pods/{name}/binding", _encode(binding))
+            error = "" if status in (200, 201) else f"binding: {status} {reply[:200]!r}"
+        except OSError as exc:
+            error = f"binding: {exc}"
+        self._write(_encode({"Error": error}))
+
+    def _write(self, body: bytes) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(_answer(body))
+
+
+async def serve(kubeconfig: str, port: int) -> None:
+    # The project's kubeconfig loader for the server, CA and token; nothing else of its client.
+    client = KubeClient.from_kubeconfig(kubeconfig)
+    url = urlsplit(client.base_url)
+    authorization = dict(client._headers() or {}).get("authorization", "")
+    context = client._ssl
+    assert isinstance(context, ssl.SSLContext), "the bench's API server is HTTPS"
+    api = ApiConnections(url.hostname or "127.0.0.1", url.port or 443, context, authorization)
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: NullProtocol(api), "127.0.0.1", port)
+    await server.serve_forever()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kubeconfig", required=True)
+    parser.add_argument("--port", type=int, default=8888)
+    args = parser.parse_args()
+    uvloop.run(serve(args.kubeconfig, args.port))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,185 @@
+"""The verbs answered in the server's HTTP protocol (app.http.verb_protocol), over real sockets and
+over a recording transport: one write per answer, keep-alive and close, the other routes through
+ASGI on the same connection, pipelined requests, the body limit, failures and lost connections."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import uvicorn
+from uvicorn.server import ServerState
+
+from app.http.server import create_app
+from app.http.serving import ExtenderServer, build_server
+from app.http.verb_protocol import verb_protocol
+from app.service import ExtenderService
+from tests.app.serverutil import running
+from tests.app.test_coalesce import RecordingTransport
+from tests.conftest import bind_body, filter_body, make_service, node_obj, pod_obj
+
+NODES = [node_obj("g1", gpus=4), node_obj("g2", gpus=4)]
+
+
+def _request(path: str, body: bytes, *headers: str, method: str = "POST", version: str = "1.1") -> bytes:
+    head = [f"{method} {path} HTTP/{version}", "Host: x", f"Content-Length: {len(body)}", *headers]
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + body
+
+
+def _answers(sock: socket.socket, count: int) -> list[tuple[bytes, dict[str, str], bytes]]:
+    """``count`` whole HTTP answers read from ``sock`` (Content-Length framed)."""
+    data, answers = b"", []
+    while len(answers) < count:
+        while b"\r\n\r\n" not in data:
+            chunk = sock.recv(65536)
+            assert chunk, f"connection closed after {len(answers)} answers: {data!r}"
+            data += chunk
+        head, _, data = data.partition(b"\r\n\r\n")
+        status, *lines = head.split(b"\r\n")
+        headers = {k.decode().lower(): v.decode() for k, v in (line.split(b": ", 1) for line in lines)}
+        size = int(headers["content-length"])
+        while len(data) < size:
+            chunk = sock.recv(65536)
+            assert chunk, "connection closed inside a body"
+            data += chunk
+        answers.append((status, headers, data[:size]))
+        data = data[size:]
+    return answers
+
+
+@pytest.fixture
+def served() -> Iterator[tuple[ExtenderService, ExtenderServer]]:
+    service = make_service(NODES, config={"server": {"maxRequestBytes": 8192}})
+    with running(build_server(create_app(service), service.config.server, "127.0.0.1", 0)) as server:
+        yield service, server
+
+
+def test_verbs_and_other_routes_share_a_kept_alive_connection(served: Any) -> None:
+    service, server = served
+    pod = pod_obj("p", gpus=1)
+    service.cache.upsert_pod(service.pod_info(json.dumps(pod).encode()))
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(_request("/filter", filter_body(pod, ["g1", "g2"])))
+        sock.sendall(_request("/healthz", b"", method="GET"))
+        sock.sendall(_request("/bind", bind_body(pod, "g1")))
+        (filtered, health, bound) = [_answers(sock, 1)[0] for _ in range(3)]
+    assert filtered[0] == b"HTTP/1.1 200 OK" and filtered[1]["content-type"] == "application/json"
+    assert "extender;dur=" in filtered[1]["server-timing"] and "connection" not in filtered[1]
+    assert json.loads(filtered[2])["Error"] == "" and set(json.loads(filtered[2])["NodeNames"]) <= {"g1", "g2"}
+    assert health[0] == b"HTTP/1.1 200 OK" and json.loads(health[2]) == {"status": "ok"}
+    assert json.loads(bound[2]) == {"Error": ""} and service.cache.pods[pod["metadata"]["uid"]].node_name == "g1"
+
+
+def test_connection_close_and_http_1_0_get_their_answer_then_the_connection_ends(served: Any) -> None:
+    _, server = served
+    body = filter_body(pod_obj("p", gpus=1), ["g1"])
+    for request in (_request("/filter", body, "Connection: close"), _request("/filter", body, version="1.0")):
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+            sock.sendall(request)
+            ((status, headers, answer),) = _answers(sock, 1)
+            assert status.endswith(b"200 OK") and headers["connection"] == "close"
+            assert json.loads(answer)["NodeNames"] == ["g1"]
+            assert sock.recv(1) == b""  # closed by the server
+
+
+def test_pipelined_requests_are_answered_in_order(served: Any) -> None:
+    _, server = served
+    one, two = filter_body(pod_obj("a", gpus=1), ["g1"]), filter_body(pod_obj("b", gpus=8), ["g2"])
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(_request("/filter", one) + _request("/prioritize", two) + _request("/filter", two))
+        answers = [json.loads(body) for _, _, body in _answers(sock, 3)]
+    assert answers[0]["NodeNames"] == ["g1"]
+    assert [host["Host"] for host in answers[1]] == ["g2"]  # the prioritize answer, second
+    assert answers[2]["NodeNames"] == [] and "g2" in answers[2]["FailedAndUnresolvableNodes"]  # 8 of 4 GPUs
+
+
+def test_expect_100_continue_and_bodies_over_the_limit(served: Any) -> None:
+    _, server = served
+    body = filter_body(pod_obj("p", gpus=1), ["g1"])
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(_request("/filter", body, "Expect: 100-continue")[: -len(body)])
+        assert sock.recv(64).startswith(b"HTTP/1.1 100 Continue")  # the ASGI path answers it
+        sock.sendall(body)
+        ((_, _, answer),) = _answers(sock, 1)
+        assert json.loads(answer)["NodeNames"] == ["g1"]
+        big = filter_body(pod_obj("p", gpus=1), [f"n{i:05d}" for i in range(2000)])
+        sock.sendall(_request("/filter", big))
+        ((status, _, refused),) = _answers(sock, 1)
+        assert status.endswith(b"200 OK")
+        assert json.loads(refused)["Error"] == f"request body of {len(big)} bytes exceeds the limit of 8192 bytes"
+        sock.sendall(_request("/filter", body))  # the connection is still usable
+        ((_, _, again),) = _answers(sock, 1)
+        assert json.loads(again)["NodeNames"] == ["g1"]
+
+
+def test_a_failing_verb_answers_its_error_and_a_percent_encoded_path_goes_through_asgi(served: Any) -> None:
+    service, server = served
+
+    def kaboom(_: bytes) -> Any:
+        raise RuntimeError("kaboom")
+
+    service.prioritize = kaboom  # type: ignore[method-assign]
+    app = create_app(service)  # routes bound to the patched method
+    with (
+        running(build_server(app, service.config.server, "127.0.0.1", 0)) as patched,
+        socket.create_connection(("127.0.0.1", patched.port), timeout=10) as sock,
+    ):
+        sock.sendall(_request("/prioritize", filter_body(pod_obj("p", gpus=1), ["g1"])))
+        ((status, _, answer),) = _answers(sock, 1)
+        assert status.endswith(b"200 OK") and json.loads(answer) == []
+        sock.sendall(_request("/%66ilter", filter_body(pod_obj("p", gpus=1), ["g1"])))
+        ((_, _, routed),) = _answers(sock, 1)
+        assert json.loads(routed)["NodeNames"] == ["g1"]  # /filter once decoded, through ASGI
+    assert service.metrics.results.labels("prioritize", "internal-error")._value.get() == 1
+    del server
+
+
+def test_one_write_per_answer_and_a_lost_connection_mid_bind_writes_nothing() -> None:
+    service = make_service(NODES)
+    pod = pod_obj("p", gpus=1)
+    service.cache.upsert_pod(service.pod_info(json.dumps(pod).encode()))
+    release = asyncio.Event()
+    binder = service.binder
+
+    class Gated:
+        async def bind(self, *args: str) -> None:
+            await release.wait()
+            await binder.bind(*args)
+
+    service.binder = Gated()  # type: ignore[assignment]
+    app = create_app(service)
+    config = uvicorn.Config(app, log_config=None)
+    config.load()
+    protocol_class = verb_protocol(app)
+
+    async def exchange() -> tuple[list[bytes], list[bytes]]:
+        loop = asyncio.get_running_loop()
+        state = ServerState()
+        kept = RecordingTransport()
+        protocol = protocol_class(config, state, {}, _loop=loop)
+        protocol.connection_made(kept)
+        for name in ("a", "b"):
+            count = len(kept.writes)
+            protocol.data_received(_request("/filter", filter_body(pod_obj(name, gpus=1), ["g1", "g2"])))
+            await asyncio.sleep(0)  # a second write of the same answer would come in this turn
+            assert len(kept.writes) == count + 1  # answered in the turn that read it, in one write
+        lost = RecordingTransport()
+        other = protocol_class(config, state, {}, _loop=loop)
+        other.connection_made(lost)
+        other.data_received(_request("/bind", bind_body(pod, "g1")))
+        assert len(state.tasks) == 1  # a graceful shutdown waits for the bind
+        other.connection_lost(None)
+        release.set()
+        while state.tasks:
+            await asyncio.sleep(0)
+        protocol.connection_lost(None)
+        return kept.writes, lost.writes
+
+    kept, lost = asyncio.run(exchange())
+    assert len(kept) == 2 and all(w.startswith(b"HTTP/1.1 200 OK") for w in kept)
+    assert lost == []  # nothing written to a connection that is gone
+    assert service.cache.pods[pod["metadata"]["uid"]].node_name == "g1"  # the bind itself completed
