@@ -32,6 +32,7 @@ __all__ = [
     "Room",
     "amount_text",
     "capacity",
+    "count_by_taking",
     "plan_group",
 ]
 
@@ -82,6 +83,11 @@ def capacity(room: Room, member: Member, limit: int) -> int:
     arithmetic = getattr(room, "capacity", None)
     if arithmetic is not None:
         return int(arithmetic(member, limit))
+    return count_by_taking(room, member, limit)
+
+
+def count_by_taking(room: Room, member: Member, limit: int) -> int:
+    """How many members like ``member`` fit in ``room``, at most ``limit``, by taking one after another."""
     count, current = 0, room
     while count < limit:
         taken = current.take(member)

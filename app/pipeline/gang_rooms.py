@@ -14,7 +14,7 @@ from allocator import AllocationResult
 from app.cluster.cache import ClusterCache
 from app.cluster.dra_inuse import Planned
 from app.pipeline.dynamicresources import DynamicResources, PodClaims
-from gang.planner import ResourceRoom, Room
+from gang.planner import ResourceRoom, Room, count_by_taking
 from gang.spec import Member
 from k8s_semantics.placement import PodPlacement, node_matches_placement, tolerates_taints
 from scoring.framework import NodeInfo, PodInfo, Status
@@ -79,16 +79,6 @@ class NodeLabels(Mapping[str, Mapping[str, str]]):
         return len(self.nodes)
 
 
-def _count(room: DraRoom, member: Member, limit: int) -> int:
-    count, current = 0, room
-    while count < limit:
-        taken = current.take(member)
-        if taken is None:
-            break
-        count, current = count + 1, taken
-    return count
-
-
 class RoomCache:
     """Each node's room for the resources the last group asked, kept while the node's snapshot is the
     same object (the cache builds a new one whenever what counts on the node changes): a plan after
@@ -106,7 +96,7 @@ class RoomCache:
         assert room.rooms.dra is not None
         claims = room.rooms.claims.get(member.uid)
         if claims is None or claims.allocated or claims.extended is not None:
-            return _count(room, member, limit)  # claims only this member has: nothing to share
+            return count_by_taking(room, member, limit)  # claims only this member has: nothing to share
         asked = tuple(claim.devices for claim in claims.unallocated)  # compared, not hashed
         state = room.rooms.dra.node_state(room.node)
         key = (room.node, member.kind)
@@ -115,7 +105,7 @@ class RoomCache:
             count, exhaustive = kept[3], kept[4]
             if exhaustive or count >= limit:
                 return min(count, limit)
-        count = _count(room, member, limit)
+        count = count_by_taking(room, member, limit)
         if state is not None:
             self._dra[key] = (asked, state, room.resources.amounts, count, count < limit)
         return count
@@ -150,7 +140,7 @@ class DraRoom:
         """How many members like ``member`` fit here, at most ``limit``: by allocating, unless this
         node's state and room are those a plan before sized for this kind (``RoomCache``)."""
         if self.planned.whole or self.planned.shares or not self.rooms.kept_rooms:
-            return _count(self, member, limit)
+            return count_by_taking(self, member, limit)
         return self.rooms.kept.dra_capacity(self, member, limit)
 
     def take(self, member: Member) -> DraRoom | None:
