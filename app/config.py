@@ -37,7 +37,7 @@ class _Strict(BaseModel):
 class PluginConfig(_Strict):
     name: str = Field(
         description="A score plugin: NodeResourcesFitPlus, ScarceResourceAvoidance, GpuFragmentation, GpuCpuBalance, "
-        "BestFit, GpuPacking, DotProduct, GpuClustering, or FlavorFairness (needs the queues section)."
+        "GpuModelBalance, BestFit, GpuPacking, DotProduct, GpuClustering, or FlavorFairness (needs the queues section)."
     )
     weight: int = Field(1, gt=0, description="Profile weight of this plugin in the combined score.")
     args: dict[str, Any] = Field(default_factory=dict, description="The plugin's own arguments (below).")

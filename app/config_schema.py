@@ -16,6 +16,7 @@ from fairshare.kai import DEFAULT_PRIORITY
 from fairshare.preemption import DEFAULT_STRATEGIES
 from scoring.cpu_balance import DEFAULT_MILLI_PER_POINT as CPU_BALANCE_MILLI_PER_POINT
 from scoring.devices import DEFAULT_RESOURCE
+from scoring.model_balance import DEFAULT_LABEL as MODEL_LABEL
 
 __all__ = ["PLUGIN_ARGS", "QueuesSection", "TieBreakConfig"]
 
@@ -95,6 +96,15 @@ class GpuCpuBalanceArgs(_Doc):
     milliPerPoint: int = Field(CPU_BALANCE_MILLI_PER_POINT, gt=0, description="Stranded milli-GPUs per score point.")
 
 
+class GpuModelBalanceArgs(_Doc):
+    resource: str = _RESOURCE
+    label: str = Field(
+        MODEL_LABEL,
+        description="The node label whose value is the node's GPU model (NVIDIA GPU feature discovery sets "
+        "nvidia.com/gpu.product). Nodes without it score 50.",
+    )
+
+
 class NoArgs(_Doc):
     """The plugin takes no args."""
 
@@ -109,6 +119,7 @@ PLUGIN_ARGS: dict[str, type[BaseModel]] = {
     "DotProduct": DeviceResourceArgs,
     "GpuClustering": DeviceResourceArgs,
     "GpuCpuBalance": GpuCpuBalanceArgs,
+    "GpuModelBalance": GpuModelBalanceArgs,
     "FlavorFairness": NoArgs,
 }
 

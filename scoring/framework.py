@@ -154,6 +154,8 @@ class NodeInfo:
     # Per extended resource, the pods counted here that use its devices, by kind (``device_kind``):
     # kind -> pods (only kinds with pods). Kept by the cache as pods and their claims change.
     pod_kinds: Mapping[str, Mapping[int, int]] = field(default_factory=dict)
+    # The Node's labels (plugins that read one, such as the GPU model, get it per row from the table).
+    labels: Mapping[str, str] = field(default_factory=dict)
 
     @staticmethod
     def types_of(allocatable: Mapping[str, int], dra_allocatable: Mapping[str, int] | None = None) -> frozenset[str]:

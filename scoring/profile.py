@@ -13,7 +13,17 @@ from typing import Any, cast
 import numpy as np
 import numpy.typing as npt
 
-from scoring import best_fit, clustering, cpu_balance, dot_product, fitplus, fragmentation, gpu_packing, scarce
+from scoring import (
+    best_fit,
+    clustering,
+    cpu_balance,
+    dot_product,
+    fitplus,
+    fragmentation,
+    gpu_packing,
+    model_balance,
+    scarce,
+)
 from scoring.devices import FIRST_FIT, DeviceChoice, Placer
 from scoring.framework import (
     SUCCESS,
@@ -51,6 +61,9 @@ SCORE_PLUGINS: Mapping[str, Callable[[Any, str, Placer], ScorePlugin]] = {
     clustering.NAME: lambda raw, path, _: clustering.GpuClustering(clustering.GpuClusteringArgs.parse(raw, path)),
     cpu_balance.NAME: lambda raw, path, placer: cpu_balance.GpuCpuBalance(
         cpu_balance.GpuCpuBalanceArgs.parse(raw, path), placer
+    ),
+    model_balance.NAME: lambda raw, path, _: model_balance.GpuModelBalance(
+        model_balance.GpuModelBalanceArgs.parse(raw, path)
     ),
 }
 

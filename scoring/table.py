@@ -215,6 +215,11 @@ class NodeTable:
         # of a map of node name to reason, '"<name>":'.
         self.host_prefix: list[bytes] = []
         self.name_key: list[bytes] = []
+        # Per row, the node's labels (NodeInfo.labels); ``label_codes`` turns one key into a column,
+        # computed again only after some row's labels changed (``_labels_version``).
+        self.labels: list[Mapping[str, str]] = []
+        self._labels_version = 0
+        self._label_codes: dict[str, tuple[int, Int64Array, tuple[str, ...]]] = {}
         # Recent name lists and their rows. kube-scheduler sends the same candidates again (rotated
         # by its start index), and prioritize gets filter's survivors: comparing strings is several
         # times cheaper than hashing them into ``index``. Valid while ``_version`` is unchanged.
@@ -261,8 +266,10 @@ class NodeTable:
                 self._next_row += 1
                 self.host_prefix.append(b"")
                 self.name_key.append(b"")
+                self.labels.append({})
             self.index[name] = row
             self._version += 1
+            self._labels_version += 1
             encoded = json.dumps(name).encode()
             self.host_prefix[row] = b'{"Host":' + encoded + b',"Score":'
             self.name_key[row] = encoded + b":"
@@ -344,12 +351,32 @@ class NodeTable:
             if bit is not None:
                 mask |= 1 << bit
         self.types[row] = mask
+        if self.labels[row] is not node.labels and self.labels[row] != node.labels:
+            self._labels_version += 1
+        self.labels[row] = node.labels
 
     def remove(self, name: str) -> None:
         row = self.index.pop(name, None)
         if row is not None:
             self._free_rows.append(row)
             self._version += 1
+            self._stamp += 1
+            self._labels_version += 1
+            self.labels[row] = {}
+
+    def label_codes(self, key: str) -> tuple[Int64Array, tuple[str, ...]]:
+        """Per row, the index of the node's value of label ``key`` in the returned values (sorted),
+        -1 for a node without it or a free row. Read-only; recomputed only after labels changed."""
+        entry = self._label_codes.get(key)
+        if entry is not None and entry[0] == self._labels_version and len(entry[1]) == len(self.labels):
+            return entry[1], entry[2]
+        present = [labels.get(key) for labels in self.labels]
+        values = tuple(sorted({value for value in present if value is not None}))
+        position = {value: index for index, value in enumerate(values)}
+        codes = np.fromiter((-1 if value is None else position[value] for value in present), np.int64, len(present))
+        codes.flags.writeable = False
+        self._label_codes[key] = (self._labels_version, codes, values)
+        return codes, values
 
     # ------------------------------------------------------------------ reads
     def batch(self, names: Sequence[str], discount: tuple[str, PodResources] | None = None) -> Batch | None:
@@ -389,6 +416,12 @@ class NodeTable:
         if position < 0:
             return Batch(names, rows, known, self)
         return Batch(names, rows, known, self, position, discount[1] if discount else None)
+
+    @property
+    def writes(self) -> int:
+        """Grows with every row written or removed: what is derived from the whole table is valid
+        while it is unchanged."""
+        return self._stamp
 
     @property
     def version(self) -> int:

@@ -14,11 +14,13 @@ so every baseline runs through the same filter → prioritize → bind code as t
   milli-GPUs per point, weight 19) with BestFit (weight 1) breaking its near-ties;
 * ``fgd-cpu-balance``: ours (docs/simulate.md): ``fgd-best-fit`` plus GpuCpuBalance (weight 10,
   10 milli-GPUs per point) with the trace's cpu per GPU, so no GPU is left without cpu;
-* ``shipped``: the plugins, ``priorityScale``, ``tieBreak`` and ``filterReturns`` of
-  ``deploy/extender-config.yaml`` as they are (ours with the openb default trace's workload,
+* ``shipped``: the plugins, ``priorityScale``, ``tieBreak``, ``filterReturns`` and ``deviceChoice``
+  of ``deploy/extender-config.yaml`` as they are (ours with the openb default trace's workload,
   ScarceResourceAvoidance for pods that ask for no GPU, the best nodes' ties broken towards the most
   allocated GPUs, and /filter passing only its best nodes, so kube-scheduler asks /prioritize only
-  when several tie).
+  when several tie);
+* ``shipped-own``: ``shipped`` with the trace's own per-cluster values (GpuFragmentation's
+  ``workload``, GpuCpuBalance's ``cpuPerGpu``), what an operator puts there for their cluster.
 
 The fragmentation plugins need the *target workload*: the trace's task types (cpu, per-GPU milli,
 GPU count), most frequent first until they cover 95 % of the pods, each with its pod count as
@@ -128,6 +130,18 @@ def _shipped(_: Sequence[SimPod]) -> Plugins:
     return plugins
 
 
+def _shipped_own(pods: Sequence[SimPod]) -> Plugins:
+    """The shipped plugins with the trace's own per-cluster values, as an operator derives them
+    (``kube-gpu-extender workload``): GpuFragmentation's ``workload``, GpuCpuBalance's ``cpuPerGpu``."""
+    plugins = _shipped(pods)
+    for plugin in plugins:
+        if plugin["name"] == "GpuFragmentation":
+            plugin["args"] = {**plugin.get("args", {}), "workload": workload(pods)}
+        elif plugin["name"] == "GpuCpuBalance":
+            plugin["args"] = {**plugin.get("args", {}), "cpuPerGpu": cpu_per_gpu(pods)}
+    return plugins
+
+
 _PLUGINS: Mapping[str, Callable[[Sequence[SimPod]], Plugins]] = {
     "least-allocated": lambda _: _fit_plus("LeastAllocated", ("cpu", "memory")),
     "most-allocated": lambda _: _fit_plus("MostAllocated", ("cpu", "memory", GPU)),
@@ -140,6 +154,7 @@ _PLUGINS: Mapping[str, Callable[[Sequence[SimPod]], Plugins]] = {
     "fgd-best-fit": _fgd_best_fit,
     "fgd-cpu-balance": _fgd_cpu_balance,
     "shipped": _shipped,
+    "shipped-own": _shipped_own,
 }
 POLICIES = ("fitplus-sra", *_PLUGINS)
 # What a policy sets besides its plugins: for fgd the FGD artifact's GPU choice inside the node and
@@ -166,7 +181,7 @@ def policy_config(base: ExtenderConfiguration, policy: str, pods: Sequence[SimPo
     if plugins is not None:
         data["plugins"] = plugins
     data.update(POLICY_SETTINGS.get(policy, {}))
-    if policy == "shipped":
+    if policy in ("shipped", "shipped-own"):
         shipped = shipped_config()
         data.update({key: shipped.get(key) for key in SHIPPED_SETTINGS if key in shipped})
     return ExtenderConfiguration.model_validate(data)

@@ -397,6 +397,7 @@ class ClusterCache:
             dra_requested=dra_requested,
             dra_devices=dra_devices,
             pod_kinds={resource: dict(counts) for resource, counts in usage.kinds.items()},
+            labels=node.labels if (node := self.nodes.get(name)) is not None else {},
         )
 
     def _extended_changed(self, names: list[str]) -> None:

@@ -235,3 +235,24 @@ def test_pods_and_nodes_removed_from_the_cache_leave_no_cycles() -> None:
         assert gc.collect() == 0
     finally:
         gc.enable()
+
+
+def test_snapshots_and_the_table_carry_the_nodes_labels() -> None:
+    """GpuModelBalance reads a node's GPU model label from the table the cache keeps."""
+    cache = ClusterCache()
+    first = node_obj("g1", gpus=8)
+    first["metadata"]["labels"] = {"nvidia.com/gpu.product": "A100"}
+    cache.upsert_node(node_from_obj(first))
+    cache.upsert_node(node_from_obj(node_obj("g2", gpus=8)))
+    snapshot = cache.node_info("g1")
+    assert snapshot is not None and snapshot.labels == {"nvidia.com/gpu.product": "A100"}
+    table = cache.table
+    codes, values = table.label_codes("nvidia.com/gpu.product")
+    assert values == ("A100",)
+    assert [int(codes[table.index[name]]) for name in ("g1", "g2")] == [0, -1]
+    relabelled = node_obj("g2", gpus=8)
+    relabelled["metadata"]["labels"] = {"nvidia.com/gpu.product": "H100"}
+    cache.upsert_node(node_from_obj(relabelled))
+    codes, values = cache.table.label_codes("nvidia.com/gpu.product")
+    assert values == ("A100", "H100")
+    assert [int(codes[table.index[name]]) for name in ("g1", "g2")] == [0, 1]

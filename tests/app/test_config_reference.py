@@ -116,6 +116,7 @@ FULL_ARGS: dict[str, dict[str, Any]] = {
     "DotProduct": {"resource": "nvidia.com/gpu"},
     "GpuClustering": {"resource": "nvidia.com/gpu"},
     "GpuCpuBalance": {"resource": "nvidia.com/gpu", "cpuPerGpu": 10882, "milliPerPoint": 10},
+    "GpuModelBalance": {"resource": "nvidia.com/gpu", "label": "nvidia.com/gpu.product"},
 }
 
 

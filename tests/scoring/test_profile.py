@@ -103,6 +103,7 @@ def test_registry() -> None:
         "DotProduct",
         "GpuClustering",
         "GpuCpuBalance",
+        "GpuModelBalance",
     }
 
 

@@ -77,6 +77,23 @@ def test_cpu_per_gpu_is_the_gpu_pods_cpu_per_whole_gpu() -> None:
     assert config.plugins[2].args == {"cpuPerGpu": 4800, "milliPerPoint": 10}
 
 
+def test_shipped_own_is_the_shipped_config_with_the_traces_own_per_cluster_values() -> None:
+    pods = [sim_pod("a", 4000, 1, 500), sim_pod("b", 8000, 2, 1000), sim_pod("c", 64000, 0, 0)]
+    base = load_config(None)
+    shipped, own = policy_config(base, "shipped", pods), policy_config(base, "shipped-own", pods)
+    assert [(p.name, p.weight) for p in own.plugins] == [(p.name, p.weight) for p in shipped.plugins]
+    assert "GpuModelBalance" in [p.name for p in own.plugins]
+    for plugin, shipped_plugin in zip(own.plugins, shipped.plugins, strict=True):
+        if plugin.name == "GpuFragmentation":
+            assert plugin.args == {**shipped_plugin.args, "workload": workload(pods)}
+        elif plugin.name == "GpuCpuBalance":
+            assert plugin.args == {**shipped_plugin.args, "cpuPerGpu": 4800}
+        else:
+            assert plugin.args == shipped_plugin.args
+    settings = ("priorityScale", "tieBreak", "filterReturns", "deviceChoice", "filterFailures")
+    assert [getattr(own, key) for key in settings] == [getattr(shipped, key) for key in settings]
+
+
 def test_simulate_without_nodes_is_an_error_that_says_so(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", "--pods", "x.csv"]) == 2
     assert "--nodes or --snapshot" in capsys.readouterr().err
