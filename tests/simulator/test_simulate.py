@@ -167,6 +167,7 @@ def test_policies_are_configs_through_the_same_validation() -> None:
         "GpuFragmentation",
         "BestFit",
         "GpuCpuBalance",
+        "GpuModelBalance",
         "ScarceResourceAvoidance",
     ]
     assert (shipped.priorityScale, shipped.tieBreak) == ("Candidates", {"mostAllocated": [GPU]})
