@@ -175,15 +175,28 @@ class Profile:
         specs = self.active(pod) if plugin is None else [s for s in self.scorers if s.plugin.name == plugin]
         if plugin is not None and not specs:
             raise KeyError(plugin)
+        total = np.zeros(len(batch), dtype=np.int64)
+        weight_sum = 0
         if plugin is None and specs:
-            keys = self._row_keys(pod, specs)
-            if keys is not None:
+            by_row = [spec for spec in specs if getattr(spec.plugin, "row_key", None) is not None]
+            keys = self._row_keys(pod, by_row) if by_row else None
+            if keys is not None and len(by_row) == len(specs):
                 try:
                     return self._memo.get(keys, batch, lambda rows: self._combined_rows(specs, keys, rows))
                 except _NotBatchable:
                     return None
-        total = np.zeros(len(batch), dtype=np.int64)
-        weight_sum = 0
+            if keys is not None:
+                # Plugins that read more than a node's row (GpuModelBalance: the whole cluster) add
+                # their weighted scores to the memoised weighted sum of the others (which then share
+                # one placement per row): the same integer mean.
+                try:
+                    total = self._memo.get(
+                        ("sum", keys), batch, lambda rows: self._combined_rows(by_row, keys, rows, mean=False)
+                    )
+                except _NotBatchable:
+                    return None
+                weight_sum = sum(spec.weight for spec in by_row)
+                specs = [spec for spec in specs if getattr(spec.plugin, "row_key", None) is None]
         for spec in specs:
             scores = spec.plugin.score_batch(pod, batch)
             if scores is None:
@@ -204,9 +217,10 @@ class Profile:
 
     @staticmethod
     def _combined_rows(
-        specs: Sequence[ScorePluginSpec], keys: tuple[tuple[int, Hashable], ...], rows: Batch
+        specs: Sequence[ScorePluginSpec], keys: tuple[tuple[int, Hashable], ...], rows: Batch, mean: bool = True
     ) -> Int64Array:
-        """The weighted mean of the plugins' ``score_rows`` on ``rows`` (what the memo keeps)."""
+        """The weighted mean of the plugins' ``score_rows`` on ``rows`` (what the memo keeps), or with
+        ``mean`` False their weighted sum."""
         total = np.zeros(len(rows), dtype=np.int64)
         weight_sum = sum(spec.weight for spec in specs)
         if not weight_sum:
@@ -216,5 +230,5 @@ class Profile:
             if scores is None:
                 raise _NotBatchable
             total += scores * spec.weight
-        result: Int64Array = total // weight_sum
+        result: Int64Array = total // weight_sum if mean else total
         return result

@@ -149,3 +149,23 @@ def test_batch_equals_the_definition(nodes: list[NodeInfo], data: st.DataObject)
             expected.append(model_balance(*totals[model], cluster_free, cluster_total))
     assert scores == expected
     assert [plugin.score(claim_pod(1, 1000), n) for n in nodes] == expected
+
+
+@settings(max_examples=100, deadline=None)
+@given(cluster())
+def test_a_profile_adds_it_to_the_memoised_sum_of_the_row_plugins(nodes: list[NodeInfo]) -> None:
+    """With a plugin that reads the whole cluster, the profile memoises the weighted sum of the others
+    and adds it: the same integer mean as the one-node path, twice (the second from the memo)."""
+    from scoring.best_fit import BestFit, BestFitArgs
+    from scoring.profile import Profile, ScorePluginSpec
+
+    plugin = GpuModelBalance(GpuModelBalanceArgs.parse({}))
+    profile = Profile([], [ScorePluginSpec(BestFit(BestFitArgs.parse({})), 3), ScorePluginSpec(plugin, 10)])
+    table = table_of(*nodes)
+    pod = claim_pod(1, 1000)
+    for _ in range(2):
+        batch = table.batch([n.name for n in nodes])
+        assert batch is not None
+        scores = profile.node_scores_batch(pod, batch)
+        assert scores is not None
+        assert scores.tolist() == [profile.score(pod, node).node_score for node in nodes]
