@@ -66,7 +66,7 @@ def test_verbs_and_other_routes_share_a_kept_alive_connection(served: Any) -> No
         sock.sendall(_request("/filter", filter_body(pod, ["g1", "g2"])))
         sock.sendall(_request("/healthz", b"", method="GET"))
         sock.sendall(_request("/bind", bind_body(pod, "g1")))
-        (filtered, health, bound) = [_answers(sock, 1)[0] for _ in range(3)]
+        filtered, health, bound = _answers(sock, 3)  # one reader: answers may share a segment
     assert filtered[0] == b"HTTP/1.1 200 OK" and filtered[1]["content-type"] == "application/json"
     assert "extender;dur=" in filtered[1]["server-timing"] and "connection" not in filtered[1]
     assert json.loads(filtered[2])["Error"] == "" and set(json.loads(filtered[2])["NodeNames"]) <= {"g1", "g2"}
