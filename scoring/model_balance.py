@@ -23,7 +23,7 @@ this plugin scored showed it (50 before any). ``model_balance`` is the definitio
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,6 +86,19 @@ class _Shares:
     row_scores: Int64Array
 
 
+@dataclass(slots=True)
+class _Sums:
+    """What the shares are summed from, kept between table writes: the label codes they were counted
+    under, each row's stamp, and per model its total and used milli-devices. A write touches a few
+    rows (a bind, one); only those are counted again, each as a (total, used) pair per row."""
+
+    codes: Int64Array
+    stamps: Int64Array
+    rows: list[tuple[int, int]]
+    per_total: list[int]
+    per_used: list[int]
+
+
 class GpuModelBalance:
     name = NAME
 
@@ -93,6 +106,7 @@ class GpuModelBalance:
         self.args = args
         self._table: NodeTable | None = None
         self._shares: _Shares | None = None
+        self._sums: _Sums | None = None
 
     def applies(self, pod: PodInfo) -> bool:
         """False for a pod that asks for no device of ``resource``."""
@@ -120,28 +134,78 @@ class GpuModelBalance:
         if shares is not None and shares.stamp == stamp:
             return shares
         codes, values = table.label_codes(self.args.label)
-        rows = len(codes)
-        resource = self.args.resource
-        total = _column(table.dra_allocatable, resource, rows)
-        used = _column(table.dra_requested, resource, rows)
-        plugin = total <= 0  # a device plugin's whole devices where DRA serves none
-        total = np.where(plugin, _column(table.allocatable, resource, rows) * MILLI_DEVICES, total)
-        used = np.where(plugin, _column(table.requested, resource, rows) * MILLI_DEVICES, used)
-        labelled = codes >= 0
-        per_total = np.bincount(codes[labelled], weights=total[labelled], minlength=len(values)).astype(np.int64)
-        per_used = np.bincount(codes[labelled], weights=used[labelled], minlength=len(values)).astype(np.int64)
-        per_free = per_total - np.minimum(per_used, per_total)
-        cluster_free, cluster_total = int(per_free.sum()), int(per_total.sum())
+        sums = self._sums if shares is not None and shares.stamp[0] == stamp[0] else None
+        recounted = sums is None or sums.codes is not codes  # another table, or labels or rows changed
+        if sums is None or recounted:
+            sums = self._sums = self._count_all(table, codes, len(values))
+        else:
+            self._count_written(table, sums)
+        per_total = sums.per_total
+        per_free = [total - min(used, total) for total, used in zip(per_total, sums.per_used, strict=True)]
+        if not recounted and shares is not None and shares.free == tuple(per_free) and shares.total == tuple(per_total):
+            shares = self._shares = _Shares(stamp, values, shares.free, shares.total, shares.row_scores)
+            return shares  # the writes moved no model's sums
+        cluster_free, cluster_total = sum(per_free), sum(per_total)
         by_model = [
-            model_balance(int(free), int(all_), cluster_free, cluster_total)
+            model_balance(free, all_, cluster_free, cluster_total)
             for free, all_ in zip(per_free, per_total, strict=True)
         ]
         lookup = np.array([*by_model, NEUTRAL], dtype=np.int64)  # code -1: the last entry
         row_scores = lookup[codes]
         row_scores.flags.writeable = False
-        shares = _Shares(stamp, values, tuple(per_free.tolist()), tuple(per_total.tolist()), row_scores)
+        shares = _Shares(stamp, values, tuple(per_free), tuple(per_total), row_scores)
         self._shares = shares
         return shares
+
+    def _count_all(self, table: NodeTable, codes: Int64Array, models: int) -> _Sums:
+        rows = len(codes)
+        resource = self.args.resource
+        total = _column(table.dra_allocatable, resource, rows)
+        used = _column(table.dra_requested, resource, rows)
+        plugin = total <= 0  # as _count, for every row at once
+        total = np.where(plugin, _column(table.allocatable, resource, rows) * MILLI_DEVICES, total)
+        used = np.where(plugin, _column(table.requested, resource, rows) * MILLI_DEVICES, used)
+        labelled = codes >= 0
+        total, used = np.where(labelled, total, 0), np.where(labelled, used, 0)
+        per_total = np.bincount(codes[labelled], weights=total[labelled], minlength=models).astype(np.int64)
+        per_used = np.bincount(codes[labelled], weights=used[labelled], minlength=models).astype(np.int64)
+        by_row = list(zip(total.tolist(), used.tolist(), strict=True))
+        return _Sums(codes, table.stamps[:rows].copy(), by_row, per_total.tolist(), per_used.tolist())
+
+    def _count_written(self, table: NodeTable, sums: _Sums) -> None:
+        """Count again the rows written since ``sums`` saw them (same rows, same labels)."""
+        stamps = table.stamps[: len(sums.codes)]
+        written = (stamps != sums.stamps).nonzero()[0]
+        sums.stamps[written] = stamps[written]
+        self._count(table, sums, written.tolist())
+
+    def _count(self, table: NodeTable, sums: _Sums, rows: Iterable[int]) -> None:
+        """Replace what ``rows`` add to their model's sums by their devices now: DRA milli-devices, or
+        a device plugin's whole devices where DRA serves none (unlabelled rows add nothing)."""
+        resource = self.args.resource
+        no_column = _NO_COLUMN
+        dra_total = table.dra_allocatable.get(resource, no_column)
+        dra_used = table.dra_requested.get(resource, no_column)
+        whole_total = table.allocatable.get(resource, no_column)
+        whole_used = table.requested.get(resource, no_column)
+        codes = sums.codes
+        for row in rows:
+            model = int(codes[row])
+            if model < 0:
+                continue
+            total = int(dra_total[row]) if len(dra_total) > row else 0
+            if total > 0:
+                used = int(dra_used[row]) if len(dra_used) > row else 0
+            else:
+                total = MILLI_DEVICES * int(whole_total[row]) if len(whole_total) > row else 0
+                used = MILLI_DEVICES * int(whole_used[row]) if len(whole_used) > row else 0
+            old_total, old_used = sums.rows[row]
+            sums.per_total[model] += total - old_total
+            sums.per_used[model] += used - old_used
+            sums.rows[row] = (total, used)
+
+
+_NO_COLUMN: Int64Array = np.zeros(0, dtype=np.int64)
 
 
 def _column(columns: Mapping[str, Int64Array], resource: str, rows: int) -> Int64Array:

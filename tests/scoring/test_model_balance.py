@@ -169,3 +169,37 @@ def test_a_profile_adds_it_to_the_memoised_sum_of_the_row_plugins(nodes: list[No
         scores = profile.node_scores_batch(pod, batch)
         assert scores is not None
         assert scores.tolist() == [profile.score(pod, node).node_score for node in nodes]
+
+
+@st.composite
+def writes(draw: st.DrawFn) -> list[tuple[str, NodeInfo | None]]:
+    """Table writes: a node (new or again, maybe relabelled or with other devices in use), or a
+    removal (None)."""
+    steps: list[tuple[str, NodeInfo | None]] = []
+    for node in draw(st.lists(cluster(), min_size=1, max_size=5)):
+        for one in node[: draw(st.integers(1, 3))]:
+            steps.append((one.name, None if draw(st.integers(0, 5)) == 0 else one))
+    return steps
+
+
+@settings(max_examples=150, deadline=None)
+@given(cluster(), writes())
+def test_one_instance_follows_the_writes_of_its_table(
+    nodes: list[NodeInfo], steps: list[tuple[str, NodeInfo | None]]
+) -> None:
+    """The sums kept between requests (only written rows counted again) give what a plugin that
+    counts the whole table afresh gives, after every write, removal and relabelling."""
+    table = table_of(*nodes)
+    kept = GpuModelBalance(GpuModelBalanceArgs.parse({}))
+    pod = claim_pod(1, 1000)
+    present = {n.name: n for n in nodes}
+    for name, node in [("", None), *steps]:
+        if name and node is None:
+            table.remove(name)
+            present.pop(name, None)
+        elif node is not None:
+            table.upsert(node)
+            present[name] = node
+        names = list(present)
+        fresh = GpuModelBalance(GpuModelBalanceArgs.parse({}))
+        assert batch_scores(kept, pod, table, names) == batch_scores(fresh, pod, table, names)
