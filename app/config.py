@@ -37,7 +37,8 @@ class _Strict(BaseModel):
 class PluginConfig(_Strict):
     name: str = Field(
         description="A score plugin: NodeResourcesFitPlus, ScarceResourceAvoidance, GpuFragmentation, GpuCpuBalance, "
-        "GpuModelBalance, BestFit, GpuPacking, DotProduct, GpuClustering, or FlavorFairness (needs the queues section)."
+        "GpuModelBalance, IdleGpuAvoidance, BestFit, GpuPacking, DotProduct, GpuClustering, or FlavorFairness "
+        "(needs the queues section)."
     )
     weight: int = Field(1, gt=0, description="Profile weight of this plugin in the combined score.")
     args: dict[str, Any] = Field(default_factory=dict, description="The plugin's own arguments (below).")

@@ -120,6 +120,7 @@ PLUGIN_ARGS: dict[str, type[BaseModel]] = {
     "GpuClustering": DeviceResourceArgs,
     "GpuCpuBalance": GpuCpuBalanceArgs,
     "GpuModelBalance": GpuModelBalanceArgs,
+    "IdleGpuAvoidance": DeviceResourceArgs,
     "FlavorFairness": NoArgs,
 }
 

@@ -15,12 +15,17 @@ than that is meant for pods that ask less, so a node's *cpu per device* is the s
 allocatable minus requested cpu (plain requests), both before and after the pod; a node the pod
 does not fit (first fit, or cpu) scores 0. 50 is "no change", as GpuFragmentation's Linear
 mapping on the same scale of ``milliPerPoint`` milli-devices per point. Stranding grows when a pod
-takes much cpu for its devices (a share with many cores, a CPU-only pod) where cpu per free
-device is already short, and shrinks when a pod takes devices with little cpu where it is: pods
+takes much cpu for its devices (a share with many cores) where cpu per free device is already
+short, and shrinks when a pod takes devices with little cpu where it is: pods
 go to nodes whose cpu matches theirs. An empty node strands nothing, and nodes of one kind
 stranding nothing score alike, so the plugin never spreads pods over equal nodes by itself.
 GpuFragmentation asks whether each typical pod fits *now*; this counts the cpu the free devices
 will need over time (docs/simulate.md).
+
+The plugin sits out (``applies``) for pods that ask for no device of ``resource``: where a CPU-only
+pod goes is ScarceResourceAvoidance's (nodes without GPUs first) and IdleGpuAvoidance's (among GPU
+nodes, those whose GPUs are in use) to decide. Measured on the CPU-heavy workload family of
+docs/simulate.md, judging CPU-only pods here as well left fewer GPUs allocated.
 """
 
 from __future__ import annotations
@@ -101,6 +106,10 @@ class GpuCpuBalance(DeviceRowScorer):
     def __init__(self, args: GpuCpuBalanceArgs, placer: Placer = FIRST_FIT) -> None:
         super().__init__(args.resource, placer)  # which devices does not change the score: only shared
         self.args = args
+
+    def applies(self, pod: PodInfo) -> bool:
+        """False for a pod that asks for no device of ``resource``."""
+        return pod.device_request(self.args.resource)[0] > 0
 
     def score(self, pod: PodInfo, node: NodeInfo) -> int:
         placed = fit(pod, node, self.args.resource)

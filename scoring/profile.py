@@ -21,6 +21,7 @@ from scoring import (
     fitplus,
     fragmentation,
     gpu_packing,
+    idle_avoidance,
     model_balance,
     scarce,
 )
@@ -64,6 +65,9 @@ SCORE_PLUGINS: Mapping[str, Callable[[Any, str, Placer], ScorePlugin]] = {
     ),
     model_balance.NAME: lambda raw, path, _: model_balance.GpuModelBalance(
         model_balance.GpuModelBalanceArgs.parse(raw, path)
+    ),
+    idle_avoidance.NAME: lambda raw, path, placer: idle_avoidance.IdleGpuAvoidance(
+        idle_avoidance.IdleGpuAvoidanceArgs.parse(raw, path), placer
     ),
 }
 

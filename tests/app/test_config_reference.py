@@ -117,6 +117,7 @@ FULL_ARGS: dict[str, dict[str, Any]] = {
     "GpuClustering": {"resource": "nvidia.com/gpu"},
     "GpuCpuBalance": {"resource": "nvidia.com/gpu", "cpuPerGpu": 10882, "milliPerPoint": 10},
     "GpuModelBalance": {"resource": "nvidia.com/gpu", "label": "nvidia.com/gpu.product"},
+    "IdleGpuAvoidance": {"resource": "nvidia.com/gpu"},
 }
 
 

@@ -34,10 +34,13 @@ def test_a_device_needs_the_workloads_cpu_or_what_its_node_was_built_with() -> N
     assert node_cpu_per_gpu(10_000, 32_000, 0) == 10_000  # no devices: nothing to strand
 
 
-def test_a_cpu_only_pod_scores_low_where_it_leaves_gpus_without_cpu() -> None:
+def test_a_cpu_only_pod_scores_low_where_it_leaves_gpus_without_cpu_and_the_plugin_sits_out_for_it() -> None:
     dense = dra_node([0] * 8, cpu=96_000)  # 8 GPUs, 12 cores each
     rich = dra_node([0] * 2, cpu=104_000)  # 2 GPUs, 52 cores each
     pod = claim_pod(0, 0, cpu=20_000)
+    assert not BALANCE.applies(pod)  # its scores (for /debug) are left out of a profile's mean
+    assert BALANCE.applies(claim_pod(1, 500))
+    assert BALANCE.applies(PodInfo("u", "ns", "p", PodResources({"cpu": 1000, GPU: 1}, 1000, 0)))
     # dense: 76 cores left feed 7,600 of 8,000 free milli-devices: 400 stranded -> 50 - 40
     assert BALANCE.score(pod, dense) == 10
     assert BALANCE.score(pod, rich) == 50  # cpu to spare either way

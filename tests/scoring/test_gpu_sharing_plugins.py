@@ -202,7 +202,7 @@ def test_best_fit_and_dot_product() -> None:
     assert DotProduct(DotProductArgs.parse({})).score(pod, node) == 93
 
 
-@pytest.mark.parametrize("name", ["GpuPacking", "BestFit", "DotProduct"])
+@pytest.mark.parametrize("name", ["GpuPacking", "BestFit", "DotProduct", "IdleGpuAvoidance"])
 def test_registered_and_strict(name: str) -> None:
     assert build_score_plugin(name, {}, "plugins[0]").name == name
     with pytest.raises(ArgsError, match=r"plugins\[0\]\.args: unknown field\(s\) \['weight'\]"):
@@ -254,7 +254,11 @@ def placers(draw: st.DrawFn) -> Placer:
 
 @st.composite
 def plugins(draw: st.DrawFn) -> ScorePlugin:
-    name = draw(st.sampled_from(["GpuFragmentation", "GpuPacking", "BestFit", "DotProduct", "GpuCpuBalance"]))
+    name = draw(
+        st.sampled_from(
+            ["GpuFragmentation", "GpuPacking", "BestFit", "DotProduct", "GpuCpuBalance", "IdleGpuAvoidance"]
+        )
+    )
     placer = draw(placers())
     if name == "GpuCpuBalance":
         raw = {"cpuPerGpu": draw(st.integers(1, 40000)), "milliPerPoint": draw(st.integers(1, 50))}

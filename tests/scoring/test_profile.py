@@ -104,6 +104,7 @@ def test_registry() -> None:
         "GpuClustering",
         "GpuCpuBalance",
         "GpuModelBalance",
+        "IdleGpuAvoidance",
     }
 
 

@@ -168,6 +168,7 @@ def test_policies_are_configs_through_the_same_validation() -> None:
         "BestFit",
         "GpuCpuBalance",
         "GpuModelBalance",
+        "IdleGpuAvoidance",
         "ScarceResourceAvoidance",
     ]
     assert (shipped.priorityScale, shipped.tieBreak) == ("Candidates", {"mostAllocated": [GPU]})
