@@ -27,8 +27,8 @@ printed per round; compare figures as ratios within one run (everything shares t
 Both phases run kube-scheduler with the same client rate limit (``--scheduler-qps``, default 1,000
 requests/s): at kube-scheduler's default of 50/s the baseline, which binds through that client, is
 capped near 50 pods/s while the extender binds through its own client, and the ratio would flatter us.
-Beside it: CPU seconds each process used during the phase, and the extender's own verb latencies
-from its /metrics.
+Beside it: CPU seconds each process used during the phase, the API server's requests and watch
+events during it (``bench.apiserver_work``), and the extender's own verb latencies from its /metrics.
 
 ``--fill-to 0.9`` then keeps the extender phase's pods and adds 1-GPU pods until that share of the
 cluster's GPUs is in use, and checks that an 8-GPU pod still finds a node (issue 13: with the old
@@ -61,6 +61,7 @@ import httpx
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench import apiserver_work
 from bench.plane import GPU, add_nodes, bulk, cpu_seconds
 from bench.pprof import SCHEDULER_FLAGS, capture
 from tests.e2e.api import pod_manifest
@@ -82,6 +83,7 @@ class Phase:
     unbound: int
     cpu_seconds: dict[str, float] = field(default_factory=dict)
     verbs: dict[str, dict[str, float]] = field(default_factory=dict)
+    api: dict[str, float] = field(default_factory=dict)  # the API server's requests and watch events
 
 
 # --------------------------------------------------------------------------- cluster
@@ -228,6 +230,7 @@ def run_phase(
         argv = plane.procs["kube-scheduler"].argv
         port = next(int(a.split("=", 1)[1]) for a in argv if a.startswith("--secure-port="))
         profiling = capture(port, PPROF_SECONDS, pprof / f"{name}.pb.gz")
+    api_before = _api_counts(plane)
     cpu_before = _cpu(plane.procs)
     started = time.monotonic()
     asyncio.run(bulk(plane, _pods(name, gpus), concurrency=8))
@@ -237,9 +240,14 @@ def run_phase(
     elapsed = (watch.last(names) if bound else time.monotonic()) - started
     cpu_after = _cpu(plane.procs)
     cpu = {k: round(cpu_after[k] - cpu_before.get(k, 0.0), 2) for k in cpu_after}
+    api = apiserver_work.work(api_before, _api_counts(plane))
     if profiling is not None:
         profiling.join()
-    return Phase(name, len(names), round(elapsed, 2), round(bound / elapsed, 1), len(names) - bound, cpu)
+    return Phase(name, len(names), round(elapsed, 2), round(bound / elapsed, 1), len(names) - bound, cpu, api=api)
+
+
+def _api_counts(plane: ControlPlane) -> dict[str, float]:
+    return apiserver_work.counts(plane.admin.http.get("/metrics").text)
 
 
 def delete_pods(plane: ControlPlane) -> None:
@@ -414,6 +422,8 @@ def main(argv: list[str] | None = None) -> int:
                     f"{phase.seconds} s, {phase.unbound} unbound); cpu s {phase.cpu_seconds}",
                     flush=True,
                 )
+                for line in apiserver_work.describe(phase.api, phase.pods):
+                    print(f"    api: {line}", flush=True)
                 delete_pods(plane)
             ratio = phases["extender"].pods_per_second / max(phases["baseline"].pods_per_second, 1e-9)
             bound = cpu_bound(phases["baseline"], phases["extender"])
