@@ -331,6 +331,22 @@ class ClusterCache:
                 self._refresh(current.node)
                 self._changed()
             return
+        if (
+            current is not None
+            and desired is not None
+            and current.node == desired.node
+            and kinds == applied
+            and current.pod.resources == desired.pod.resources
+        ):
+            # The same demand on the same node (the watch confirming our assumption, a status update):
+            # the node's aggregates and its table row stay as they are, and so stay valid what scoring
+            # memoised per row.
+            self._usage[current.node].assumed_count += desired.assumed - current.assumed
+            self._counted[uid] = desired
+            self._kinds.set(uid, desired.pod, kinds)
+            self._changed()
+            self._publish(PodCounted(uid, desired))
+            return
         if current is not None:
             node, pod, assumed = current
             usage = self._usage[node]

@@ -55,6 +55,29 @@ def test_assumption_lifecycle() -> None:
     cache.check_invariants()
 
 
+def test_the_watch_confirming_an_assumption_leaves_the_node_row_as_it_is() -> None:
+    """Scoring memoises per table row (its stamp): the same demand confirmed on the same node, or a
+    status update of a bound pod, must not write the row again; a changed demand must."""
+    cache = _cache()
+    pod = pod_from_obj(pod_obj("p", gpus=3))
+    cache.upsert_pod(pod)
+    assert cache.assume(pod, "g1") is None
+    row = cache.table.index["g1"]
+    assumed = int(cache.table.stamps[row])
+    bound = replace(pod, node_name="g1", resource_version="7")
+    cache.upsert_pod(bound)  # the watch confirms
+    assert int(cache.table.stamps[row]) == assumed
+    assert cache.usage("g1").assumed_count == 0 and cache.counted(pod.uid) == ("g1", bound)
+    running = pod_from_obj(pod_obj("p", gpus=3, node="g1", phase="Running", uid=pod.uid))
+    cache.upsert_pod(running)
+    assert int(cache.table.stamps[row]) == assumed and cache.counted(pod.uid) == ("g1", running)
+    cache.upsert_pod(pod_from_obj(pod_obj("p", gpus=4, node="g1", phase="Running", uid=pod.uid)))  # resized
+    assert int(cache.table.stamps[row]) > assumed
+    info = cache.node_info("g1")
+    assert info is not None and info.requested["nvidia.com/gpu"] == 4
+    cache.check_invariants()
+
+
 def test_assumption_expires_after_ttl() -> None:
     clock = Clock()
     cache = _cache(clock)
