@@ -443,7 +443,8 @@ class NodeTable:
         if len(names) < _RECALL_MIN:
             return
         for version, _, seen_rows in self._recent:  # equal rows mean equal names: keep one entry
-            if version == self._version and np.array_equal(seen_rows, rows):
+            # (the ends first: kube-scheduler's parallel filter lists its nodes in a new order each time)
+            if version == self._version and _same_ends(seen_rows, rows) and np.array_equal(seen_rows, rows):
                 return
         self._recent = [(self._version, names, rows), *self._recent[: _RECALL_SLOTS - 1]]
 
@@ -461,6 +462,8 @@ class NodeTable:
             if not at.size:
                 continue
             shift = int(at[0])
+            if names[-1] != seen[shift - 1]:  # cheap: a list in another order differs here already
+                continue
             if names == (seen[shift:] + seen[:shift] if shift else seen):
                 return np.roll(rows, -shift) if shift else rows.copy()
         return None
@@ -476,3 +479,8 @@ class NodeTable:
         if known is not None and not known.all():  # cheaper than masking when every name is known
             values[~known] = 0
         return values
+
+
+def _same_ends(a: npt.NDArray[np.intp], b: npt.NDArray[np.intp]) -> bool:
+    """Whether two row arrays have the same length, first and last row (before comparing them all)."""
+    return len(a) == len(b) and (not len(a) or bool(a[0] == b[0] and a[-1] == b[-1]))

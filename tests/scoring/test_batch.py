@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from dataclasses import replace
 
 import numpy as np
@@ -134,6 +135,28 @@ def test_recent_lists_are_recalled_only_while_valid() -> None:
     subset = names[::3]
     table.remember(subset, np.array([table.index.get(n, 0) for n in subset]))
     assert _rows(table.batch(list(subset))) == [table.index.get(n, 0) for n in subset]
+
+
+@given(st.lists(st.tuples(st.sampled_from(["rotate", "shuffle", "swap-middle", "again"]), st.integers(0, 99))))
+def test_lists_in_any_order_gather_the_rows_of_their_names(steps: list[tuple[str, int]]) -> None:
+    """Whatever was seen before (rotations, new orders, lists that differ only inside), a batch's rows
+    are those of its names: recalling a recent list never answers for another one."""
+    table = NodeTable()
+    names = [f"node-{i}" for i in range(100)]
+    for name in names:
+        table.upsert(NodeInfo(name, {"cpu": 1000}, allocatable_types=frozenset({"cpu"})))
+    current = list(names)
+    for kind, value in steps:
+        current = list(current)  # a list handed to the table is never modified afterwards
+        if kind == "rotate":
+            current = current[value:] + current[:value]
+        elif kind == "shuffle":
+            random.Random(value).shuffle(current)
+        elif kind == "swap-middle":
+            i, j = 1 + value % 98, 1 + (value * 7) % 98
+            current[i], current[j] = current[j], current[i]
+        current = [str(n.encode().decode()) for n in current]  # fresh objects, as a request decodes them
+        assert _rows(table.batch(current)) == [table.index[n] for n in current]
 
 
 @given(st.lists(st.booleans(), min_size=4, max_size=4), st.sampled_from(["g0", "g1", "g2", "g3"]))
