@@ -13,7 +13,15 @@ def _request(code: int, group: str, resource: str, subresource: str, verb: str, 
     return f"apiserver_request_total{{{labels}}} {value}"
 
 
-def scrape(binds: int, events: int, watch_bytes: float, leases: int) -> str:
+def _seconds(subresource: str, verb: str, value: float) -> str:
+    labels = (
+        f'component="apiserver",dry_run="",group="",resource="pods",scope="resource",'
+        f'subresource="{subresource}",verb="{verb}",version="v1"'
+    )
+    return f"apiserver_request_duration_seconds_sum{{{labels}}} {value}"
+
+
+def scrape(binds: int, events: int, watch_bytes: float, leases: int, binding_seconds: float = 0.0) -> str:
     """kube-apiserver 1.36's exposition of the counters read (other families are ignored)."""
     requests = "\n".join(
         (
@@ -26,6 +34,10 @@ def scrape(binds: int, events: int, watch_bytes: float, leases: int) -> str:
     return f"""# HELP apiserver_request_total [STABLE] Counter of apiserver requests.
 # TYPE apiserver_request_total counter
 {requests}
+# HELP apiserver_request_duration_seconds [STABLE] Response latency distribution in seconds.
+# TYPE apiserver_request_duration_seconds histogram
+{_seconds("binding", "POST", binding_seconds)}
+{_seconds("", "WATCH", 1000 * binding_seconds)}
 # HELP apiserver_watch_events_sizes [ALPHA] Watch event size distribution in bytes
 # TYPE apiserver_watch_events_sizes histogram
 apiserver_watch_events_sizes_bucket{{group="",resource="pods",version="v1",le="1024"}} 0
@@ -54,17 +66,24 @@ def test_requests_and_watch_events_by_resource_summed_over_codes() -> None:
 
 
 def test_what_grew_during_a_phase_largest_first_without_background_noise() -> None:
-    before = counts(scrape(binds=100, events=300, watch_bytes=1e6, leases=20))
-    after = counts(scrape(binds=2100, events=12300, watch_bytes=1e6 + 20 * 2**20, leases=40))
+    before = counts(scrape(binds=100, events=300, watch_bytes=1e6, leases=20, binding_seconds=0.5))
+    after = counts(scrape(binds=2100, events=12300, watch_bytes=1e6 + 20 * 2**20, leases=40, binding_seconds=10.5))
     grown = work(before, after)
-    assert list(grown) == ["watch bytes pods", "watch events pods", "requests POST pods", "requests POST pods/binding"]
+    assert list(grown)[:4] == [
+        "watch bytes pods",
+        "watch events pods",
+        "requests POST pods",
+        "requests POST pods/binding",
+    ]
     assert grown["watch events pods"] == 12000 and grown["requests POST pods/binding"] == 2000
+    assert grown["seconds POST pods/binding"] == 10.0
     assert "requests PUT leases" not in grown  # 20 more: below what a phase counts
+    assert not any("WATCH" in key for key in grown)  # a watch lasts as long as it is open
     assert list(describe(grown, per=2000)) == [
         "watch bytes pods: 20.0 MiB (10.2 KiB per pod)",
         "watch events pods: 12000 (6.0 per pod)",
         "requests POST pods: 2000 (1.0 per pod)",
-        "requests POST pods/binding: 2000 (1.0 per pod)",
+        "requests POST pods/binding: 2000 (1.0 per pod), 5.0 ms each in the API server",
     ]
 
 
