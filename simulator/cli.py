@@ -223,7 +223,7 @@ def run_simulate(args: argparse.Namespace) -> int:
 
     from app.config import load_config
     from simulator.experiment import Run, run_all, summarise
-    from simulator.report import format_summary, write_unallocated_plot
+    from simulator.report import format_leftover, format_summary, write_unallocated_plot
     from simulator.schedconfig import SchedulerConfigError, load_scheduler_config_argument
     from simulator.simulate import POLICIES, check_order
     from simulator.trace import TraceError, load_nodes_csv, load_pods, load_snapshot_nodes
@@ -313,6 +313,9 @@ def run_simulate(args: argparse.Namespace) -> int:
             print()
         print(f"per policy over seeds {seeds[0]}..{seeds[-1]}: median [min-max]")
         print(format_summary(summary))
+        if args.mode != "replay":  # replay ends after every departure: nothing is held
+            print()
+            print(format_leftover(summary))
     if args.plot:
         title = f"{len(nodes)} nodes, {len(pods)} pods, mode {args.mode}, sharing {args.sharing}, {len(seeds)} seed(s)"
         if args.mode == "inflate":

@@ -16,7 +16,7 @@ from typing import Any
 from app.config import ExtenderConfiguration
 from simulator.metrics import CHECKPOINTS, KINDS
 from simulator.schedconfig import SchedulerConfig
-from simulator.simulate import PolicyResult, simulate
+from simulator.simulate import LEFTOVER_SHOWN, PolicyResult, simulate
 from simulator.trace import SimNode, SimPod
 
 __all__ = ["Run", "run_all", "summarise"]
@@ -127,6 +127,20 @@ def summarise(results: Sequence[PolicyResult]) -> list[dict[str, Any]]:
                 "checkpoints": checkpoints,
                 "failedByKind": failed,
                 "wallSeconds": _spread([r.wall_seconds for r in runs]),
+                "leftover": _leftover(runs),
             }
         )
     return out
+
+
+def _leftover(runs: Sequence[PolicyResult]) -> list[dict[str, Any]]:
+    """The groups of free GPUs at the end (``PolicyResult.leftover``, by the shares on them) with the
+    most free GPUs at the median over the runs (0 in a run without the group), most first."""
+    per_run = [{group.beside: group for group in run.leftover} for run in runs]
+    rows = []
+    for beside in {beside for groups in per_run for beside in groups}:
+        free = statistics.median([g.free_milli / 1000 if (g := groups.get(beside)) else 0.0 for groups in per_run])
+        gpus = statistics.median([g.gpus if (g := groups.get(beside)) else 0 for groups in per_run])
+        rows.append((free, beside, gpus))
+    rows.sort(key=lambda row: (-row[0], row[1]))
+    return [{"beside": list(beside), "freeGpus": free, "gpus": gpus} for free, beside, gpus in rows[:LEFTOVER_SHOWN]]

@@ -15,12 +15,15 @@
   workload rounds to x %, or, if none does, to x ± 1 % (the artifact's merge scripts).
 
 ``GpuLedger`` follows every GPU's free milli-GPUs from the binds (the claims' allocations for
-``dra``, whole GPUs for ``none``) and computes fragmentation vectorised over nodes and shapes.
+``dra``, whole GPUs for ``none``) and computes fragmentation vectorised over nodes and shapes. At
+the end of a run it tells where the free milli-GPUs are (``leftover``): grouped by the shares that
+hold the rest of each GPU, e.g. 190 milli-GPUs free beside one 810-milli share, which only a pod of
+at most 190 milli-GPUs can use.
 """
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +37,7 @@ __all__ = [
     "CHECKPOINTS",
     "KINDS",
     "GpuLedger",
+    "Leftover",
     "Shape",
     "ShareMetrics",
     "at_arrived",
@@ -69,6 +73,15 @@ def demand_milli(pod: SimPod) -> int:
 
 def _cpu(pod: SimPod) -> int:
     return pod.cpu_milli or NON_ZERO_CPU
+
+
+@dataclass(frozen=True, slots=True)
+class Leftover:
+    """The GPUs with free milli-GPUs that hold the same shares, and what is free on them."""
+
+    beside: tuple[int, ...]  # milli-GPUs of each pod on such a GPU, ascending; () for idle GPUs
+    gpus: int
+    free_milli: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +235,22 @@ class GpuLedger:
             self.allocated -= milli
         self.cpu_free[row] += cpu
         self._changed(row)
+
+    def leftover(self) -> list[Leftover]:
+        """The free milli-GPUs now, grouped by the shares on their GPUs, most free first (equal
+        amounts: by the shares)."""
+        holding: defaultdict[tuple[int, int], list[int]] = defaultdict(list)
+        for row, taken, _ in self.held.values():
+            for gpu, milli in taken:
+                holding[(row, gpu)].append(milli)
+        groups: dict[tuple[int, ...], tuple[int, int]] = {}
+        rows, gpus = np.nonzero(self.free > 0)
+        for row, gpu, free in zip(rows.tolist(), gpus.tolist(), self.free[rows, gpus].tolist(), strict=True):
+            beside = tuple(sorted(holding.get((row, gpu), ())))
+            count, total = groups.get(beside, (0, 0))
+            groups[beside] = (count + 1, total + free)
+        ordered = sorted(groups.items(), key=lambda item: (-item[1][1], item[0]))
+        return [Leftover(beside, count, free) for beside, (count, free) in ordered]
 
     # ------------------------------------------------------------------ fragmentation
     def track(self, on: bool) -> None:

@@ -10,7 +10,7 @@ import numpy as np
 
 from simulator.metrics import CHECKPOINTS, KINDS
 
-__all__ = ["aligned", "format_summary", "write_unallocated_plot"]
+__all__ = ["aligned", "format_leftover", "format_summary", "write_unallocated_plot"]
 
 
 def _cell(spread: Mapping[str, float] | None, digits: int = 1, suffix: str = "") -> str:
@@ -40,6 +40,23 @@ def format_summary(summary: Sequence[Mapping[str, Any]]) -> str:
         rows.append((f"failed {kind} pods", [_cell(s["failedByKind"][kind], 0) for s in summary]))
     rows.append(("wall time per run", [_cell(s["wallSeconds"], 1, " s") for s in summary]))
     return aligned(rows)
+
+
+def format_leftover(summary: Sequence[Mapping[str, Any]], shown: int = 3) -> str:
+    """Per policy, where the free GPUs are at the end: the groups of GPUs holding the same shares
+    with the most free (median over seeds), e.g. ``182.4 beside 810 on 960 GPUs``."""
+    lines = ["free GPUs at the end (median over seeds), by the milli-GPU shares on the rest of their GPU:"]
+    for entry in summary:
+        groups = [_leftover_cell(group) for group in entry.get("leftover", [])[:shown]]
+        lines.append(f"  {entry['policy']}: {'; '.join(groups) or 'none free'}")
+    return "\n".join(lines)
+
+
+def _leftover_cell(group: Mapping[str, Any]) -> str:
+    free, gpus, beside = group["freeGpus"], group["gpus"], group["beside"]
+    if not beside:
+        return f"{free:.1f} on {gpus:g} idle GPUs"
+    return f"{free:.1f} beside {'+'.join(map(str, beside))} on {gpus:g} GPUs"
 
 
 def aligned(rows: Sequence[tuple[str, Sequence[str]]]) -> str:

@@ -39,7 +39,15 @@ from scoring.kube_scheduler import select_host, select_host_batch
 from scoring.table import EXACT_LIMIT, Int64Array
 from simulator import sharing as dra
 from simulator.inflate import DEFAULT_TARGET, inflate, shuffled
-from simulator.metrics import CHECKPOINTS, GpuLedger, ShareMetrics, demand_milli, pod_kind, typical_shapes
+from simulator.metrics import (
+    CHECKPOINTS,
+    GpuLedger,
+    Leftover,
+    ShareMetrics,
+    demand_milli,
+    pod_kind,
+    typical_shapes,
+)
 from simulator.policies import POLICIES, policy_config
 from simulator.schedconfig import SchedulerConfig
 from simulator.trace import KIND_CPU, KIND_MULTI_GPU, KIND_ONE_GPU, SimNode, SimPod
@@ -62,6 +70,7 @@ MODES = ("fill", "replay", "inflate")
 SHARING = dra.SHARING
 TIE_BREAKS = ("random", "lowest-name")
 _encode = msgspec.json.encode
+LEFTOVER_SHOWN = 10  # groups of free GPUs a run's JSON lists
 
 
 # ---------------------------------------------------------------------------------------- results
@@ -98,6 +107,7 @@ class PolicyResult:
     seed: int = 0
     pods: int = 0  # pods submitted (after inflation)
     metrics: ShareMetrics | None = None  # the FGD paper's measures (simulator.metrics)
+    leftover: list[Leftover] = field(default_factory=list)  # the free milli-GPUs at the end, by what holds their GPUs
 
     @property
     def gpu_demand_share(self) -> float:
@@ -133,6 +143,10 @@ class PolicyResult:
             "sharing": self.sharing,
             "seed": self.seed,
             "submittedPods": self.pods,
+            "leftover": [
+                {"beside": list(group.beside), "gpus": group.gpus, "freeGpus": group.free_milli / 1000}
+                for group in self.leftover[:LEFTOVER_SHOWN]
+            ],
             **(self.metrics_json() if self.metrics is not None else {}),
         }
 
@@ -405,6 +419,7 @@ async def _run(
         if progress is not None and step % 256 == 0:
             progress(256)
     result.final_allocated_gpus = allocated
+    result.leftover = ledger.leftover()
     return result
 
 

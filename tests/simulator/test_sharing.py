@@ -9,9 +9,11 @@ import pytest
 
 from app.cli import main
 from app.config import load_config
+from simulator.experiment import summarise
 from simulator.inflate import inflate
-from simulator.metrics import GpuLedger, Shape, ShareMetrics, typical_shapes
-from simulator.simulate import simulate
+from simulator.metrics import GpuLedger, Leftover, Shape, ShareMetrics, typical_shapes
+from simulator.report import format_leftover
+from simulator.simulate import PolicyResult, simulate
 from simulator.trace import SimNode, SimPod, load_pods_csv
 from tests.simulator.test_simulate import NODE_HEADER, POD_HEADER, trace, write
 
@@ -115,6 +117,61 @@ def test_fragmentation_on_a_hand_computed_node() -> None:
     assert ledger.fragmentation() == (pytest.approx(0.5 * 200 + 0.5 * 3200), 3200)
 
 
+def test_leftover_groups_the_free_milli_gpus_by_the_shares_on_their_gpu() -> None:
+    ledger = GpuLedger([node("a", 4), node("b", 2)], [])
+    ledger.take(pod("x", 1, 810), "a", {0: 810})
+    ledger.take(pod("y", 1, 470), "a", {1: 470})
+    ledger.take(pod("z", 1, 470), "a", {1: 470})
+    ledger.take(pod("w", 1, 810), "b", {1: 810})
+    ledger.take(pod("whole", 2, 1000), "a", {2: 1000, 3: 1000})  # full GPUs: nothing free, not listed
+    assert ledger.leftover() == [
+        Leftover((), 1, 1000),  # b's idle GPU
+        Leftover((810,), 2, 380),
+        Leftover((470, 470), 1, 60),
+    ]
+    ledger.give_back(pod("w", 1, 810))
+    assert ledger.leftover() == [Leftover((), 2, 2000), Leftover((810,), 1, 190), Leftover((470, 470), 1, 60)]
+
+
+def test_a_runs_leftover_holds_every_milli_gpu_left_unallocated(tmp_path: Path) -> None:
+    nodes, pods = trace(
+        tmp_path,
+        "a,32000,65536,4,T4\nb,32000,65536,2,T4\n",
+        "".join(f"p{i},500,64,1,{(810, 470, 300, 1000)[i % 4]}\n" for i in range(9)),
+    )
+    result = simulate("best-fit", load_config(None), nodes, pods, sharing="dra")
+    assert result.metrics is not None
+    free = sum(group.free_milli for group in result.leftover)
+    assert free == 6000 - result.metrics.allocated[-1] > 0
+    assert sum(group.gpus for group in result.leftover) <= 6
+    held = sorted(milli for group in result.leftover for milli in group.beside)
+    assert held and all(milli in (300, 470, 810) for milli in held)  # whole GPUs leave nothing free
+
+
+def test_leftover_summary_takes_medians_with_a_missing_group_as_zero() -> None:
+    def run(seed: int, groups: list[Leftover]) -> PolicyResult:
+        return PolicyResult("p", "inflate", 8, seed=seed, leftover=groups)
+
+    runs = [
+        run(0, [Leftover((810,), 10, 1900), Leftover((470, 470), 5, 300)]),
+        run(1, [Leftover((810,), 12, 2280)]),
+        run(2, [Leftover((810,), 8, 1520), Leftover((470, 470), 3, 180), Leftover((), 1, 1000)]),
+    ]
+    (entry,) = summarise(runs)
+    assert entry["leftover"] == [
+        {"beside": [810], "freeGpus": 1.9, "gpus": 10},
+        {"beside": [470, 470], "freeGpus": 0.18, "gpus": 3},
+        {"beside": [], "freeGpus": 0.0, "gpus": 0},
+    ]
+    assert (
+        format_leftover([entry], shown=2).splitlines()[1]
+        == "  p: 1.9 beside 810 on 10 GPUs; 0.2 beside 470+470 on 3 GPUs"
+    )
+    assert format_leftover([{"policy": "q", "leftover": [{"beside": [], "freeGpus": 2.0, "gpus": 2}]}]).endswith(
+        "q: 2.0 on 2 idle GPUs"
+    )
+
+
 def test_a_shape_of_another_model_counts_all_free_gpus() -> None:
     ledger = GpuLedger([node("n", 2, "T4")], [Shape(100, 1000, 1, frozenset({"V100"}), 1.0)])
     assert ledger.fragmentation() == (2000.0, 2000)
@@ -172,8 +229,11 @@ def test_cli_inflate_with_seeds_table_json_and_plot(tmp_path: Path, capsys: pyte
     assert main([*args, "--seeds", "2", "--workers", "1", "--policy", "random", "--plot", str(plot)]) == 0
     out = capsys.readouterr().out
     assert "GPU allocation @130%" in out and "failed shared-gpu pods" in out
+    assert "free GPUs at the end" in out and "  random: " in out
     assert plot.stat().st_size > 0
     assert main([*args, "--seeds", "2", "--workers", "2", "--policy", "random", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["summary"][0]["seeds"] == [0, 1]
     assert report["results"][0]["arrivedPercent"] <= 130
+    assert set(report["results"][0]["leftover"][0]) == {"beside", "gpus", "freeGpus"}
+    assert report["summary"][0]["leftover"][0]["freeGpus"] > 0
