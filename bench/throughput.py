@@ -59,11 +59,11 @@ from typing import Any
 
 import httpx
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
 
 from bench import apiserver_work
 from bench.plane import GPU, add_nodes, bulk, cpu_seconds
 from bench.pprof import SCHEDULER_FLAGS, capture
+from bench.verb_latency import verb_latencies
 from tests.e2e.api import pod_manifest
 from tests.e2e.binaries import REPO, locate_binaries
 from tests.e2e.controlplane import ADMIN_TOKEN, ControlPlane, Extender, extender_config, scheduler_env
@@ -177,48 +177,6 @@ def _cpu(procs: dict[str, Proc]) -> dict[str, float]:
             out[name] = cpu_seconds(proc.pid)
     out["driver"] = time.process_time()
     return out
-
-
-def _verb_latencies(extender: Extender) -> dict[str, dict[str, float]]:
-    """Per verb: count, mean and bucket-interpolated p50/p99 (ms) of the extender's own histogram."""
-    out: dict[str, dict[str, float]] = {}
-    for family in text_string_to_metric_families(extender.get("/metrics").text):
-        if family.name != "kube_gpu_extender_request_duration_seconds":
-            continue
-        by_verb: dict[str, dict[str, Any]] = {}
-        for sample in family.samples:
-            verb = sample.labels.get("verb", "")
-            entry = by_verb.setdefault(verb, {"buckets": []})
-            if sample.name.endswith("_bucket"):
-                entry["buckets"].append((float(sample.labels["le"]), sample.value))
-            elif sample.name.endswith("_sum"):
-                entry["sum"] = sample.value
-            elif sample.name.endswith("_count"):
-                entry["count"] = sample.value
-        for verb, entry in by_verb.items():
-            count = entry.get("count", 0)
-            if not count:
-                continue
-            buckets = sorted(entry["buckets"])
-            out[verb] = {
-                "count": count,
-                "mean_ms": entry["sum"] / count * 1000,
-                "p50_ms": _quantile(buckets, count, 0.5) * 1000,
-                "p99_ms": _quantile(buckets, count, 0.99) * 1000,
-            }
-    return out
-
-
-def _quantile(buckets: list[tuple[float, float]], count: float, q: float) -> float:
-    rank, previous_bound, previous_count = q * count, 0.0, 0.0
-    for bound, cumulative in buckets:
-        if cumulative >= rank:
-            if math.isinf(bound):
-                return previous_bound
-            share = (rank - previous_count) / max(cumulative - previous_count, 1e-9)
-            return previous_bound + (bound - previous_bound) * share
-        previous_bound, previous_count = bound, cumulative
-    return previous_bound
 
 
 def run_phase(
@@ -409,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
                     wait_for("kube-scheduler to lead", lambda since=started: _leading_since(plane, since), 60)
                 phase = run_phase(plane, f"r{round_index}-{name}", gpus, watch, args.timeout, pprof)
                 if name.startswith("extender") and name not in NULL_EXTENDERS:  # the null ones keep no metrics
-                    phase.verbs = _verb_latencies(extender)
+                    phase.verbs = verb_latencies(extender.get("/metrics").text)
                 if name == "extender" and round_index == args.rounds - 1:
                     results["packing"] = packing(plane, gpu_nodes)
                     if args.fill_to:
