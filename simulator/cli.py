@@ -354,8 +354,9 @@ def _run_jobs(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from app.config import load_config
+    from simulator.experiment import run_pool
     from simulator.jobreport import format_jobs_table, summarise_jobs, write_jobs_plot
-    from simulator.jobsim import JOB_POLICIES, JobExperiment, run_jobs
+    from simulator.jobsim import JOB_POLICIES, JobExperiment
     from simulator.policies import POLICIES
     from simulator.schedconfig import SchedulerConfigError, load_scheduler_config_argument
     from simulator.trace import TraceError
@@ -405,7 +406,7 @@ def _run_jobs(args: argparse.Namespace) -> int:
     workers = min(args.workers or os.cpu_count() or 1, runs)
     quiet = args.no_progress or not sys.stderr.isatty()
     with tqdm(total=runs, desc="runs", unit="run", file=sys.stderr, disable=quiet) as bar:
-        results = run_jobs(experiment, job_policies, seeds, workers, lambda _: bar.update(1))
+        results = run_pool(experiment, job_policies, seeds, workers, lambda _: bar.update(1))
     summary = summarise_jobs(results)
     gpus = sum(node.gpus for node in nodes)
     racks = -(-len(nodes) // args.rack_size)

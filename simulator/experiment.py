@@ -11,7 +11,7 @@ import statistics
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from app.config import ExtenderConfiguration
 from simulator.metrics import CHECKPOINTS, KINDS
@@ -19,7 +19,10 @@ from simulator.schedconfig import SchedulerConfig
 from simulator.simulate import LEFTOVER_SHOWN, PolicyResult, simulate
 from simulator.trace import SimNode, SimPod
 
-__all__ = ["Run", "run_all", "summarise"]
+__all__ = ["Experiment", "Run", "run_all", "run_pool", "summarise"]
+
+_R = TypeVar("_R", covariant=True)
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,36 +39,68 @@ class Run:
     scheduler: SchedulerConfig | None
     tie_break: str = "random"
 
+    def run(self, policy: str, seed: int) -> PolicyResult:
+        result = simulate(
+            policy,
+            self.base,
+            self.nodes,
+            self.pods,
+            mode=self.mode,
+            seed=seed,
+            scheduler=self.scheduler,
+            sharing=self.sharing,
+            shuffle=self.shuffle,
+            target=self.target,
+            tie_break=self.tie_break,
+        )
+        result.placements.clear()  # not reported; keeps what goes back to the parent small
+        return result
 
-_shared: Run | None = None  # in a worker process: the experiment's shared inputs
+
+class Experiment(Protocol[_R]):
+    """What the runs of one comparison share, and one run of it (a pod trace's ``Run``, a job trace's
+    ``simulator.jobsim.JobExperiment``)."""
+
+    def run(self, policy: str, seed: int) -> _R: ...
 
 
-def _init(run: Run) -> None:
+_shared: Experiment[Any] | None = None  # in a worker process: the experiment's shared inputs
+
+
+def _init(experiment: Experiment[Any]) -> None:
     global _shared
-    _shared = run
+    _shared = experiment
 
 
-def _one(policy: str, seed: int) -> PolicyResult:
+def _one(policy: str, seed: int) -> Any:
     assert _shared is not None
-    return _simulate(_shared, policy, seed)
+    return _shared.run(policy, seed)
 
 
-def _simulate(run: Run, policy: str, seed: int) -> PolicyResult:
-    result = simulate(
-        policy,
-        run.base,
-        run.nodes,
-        run.pods,
-        mode=run.mode,
-        seed=seed,
-        scheduler=run.scheduler,
-        sharing=run.sharing,
-        shuffle=run.shuffle,
-        target=run.target,
-        tie_break=run.tie_break,
-    )
-    result.placements.clear()  # not reported; keeps what goes back to the parent small
-    return result
+def run_pool(
+    experiment: Experiment[_T],
+    policies: Sequence[str],
+    seeds: Sequence[int],
+    workers: int,
+    done: Callable[[_T], None] | None = None,
+) -> list[_T]:
+    """Every (policy, seed) of ``experiment``, in ``workers`` processes (1: in this process); results
+    in policy-then-seed order, ``done`` called as each finishes."""
+    tasks = [(policy, seed) for policy in policies for seed in seeds]
+    results: dict[tuple[str, int], _T] = {}
+    if workers <= 1 or len(tasks) == 1:
+        for policy, seed in tasks:
+            results[(policy, seed)] = result = experiment.run(policy, seed)
+            if done is not None:
+                done(result)
+    else:
+        with ProcessPoolExecutor(max_workers=workers, initializer=_init, initargs=(experiment,)) as pool:
+            futures = {pool.submit(_one, policy, seed): (policy, seed) for policy, seed in tasks}
+            for future in as_completed(futures):
+                results[futures[future]] = result = future.result()
+                if done is not None:
+                    done(result)
+    return [results[task] for task in tasks]
 
 
 def run_all(
@@ -75,23 +110,8 @@ def run_all(
     workers: int,
     done: Callable[[PolicyResult], None] | None = None,
 ) -> list[PolicyResult]:
-    """Every (policy, seed), in ``workers`` processes (1: in this process); results in
-    policy-then-seed order, ``done`` called as each finishes."""
-    tasks = [(policy, seed) for policy in policies for seed in seeds]
-    results: dict[tuple[str, int], PolicyResult] = {}
-    if workers <= 1 or len(tasks) == 1:
-        for policy, seed in tasks:
-            results[(policy, seed)] = result = _simulate(run, policy, seed)
-            if done is not None:
-                done(result)
-    else:
-        with ProcessPoolExecutor(max_workers=workers, initializer=_init, initargs=(run,)) as pool:
-            futures = {pool.submit(_one, policy, seed): (policy, seed) for policy, seed in tasks}
-            for future in as_completed(futures):
-                results[futures[future]] = result = future.result()
-                if done is not None:
-                    done(result)
-    return [results[task] for task in tasks]
+    """``run_pool`` for a pod trace."""
+    return run_pool(run, policies, seeds, workers, done)
 
 
 def _spread(values: Sequence[float]) -> dict[str, float] | None:

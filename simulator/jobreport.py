@@ -1,16 +1,92 @@
-"""The job comparison per job policy: a summary over seeds (median, min, max of each figure), the text
-table, and the plot of GPU allocation over time."""
+"""A job trace's results: one job policy's run (``JobResult``), and the comparison per job policy: a
+summary over seeds (median, min, max of each figure), the text table, and the plot of GPU allocation
+over time."""
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from simulator.jobsim import JobResult
 from simulator.report import aligned
 
-__all__ = ["FIGURES", "format_jobs_table", "summarise_jobs", "write_jobs_plot"]
+__all__ = ["FIGURES", "JobResult", "format_jobs_table", "summarise_jobs", "write_jobs_plot"]
+
+
+@dataclass(slots=True)
+class JobResult:
+    """One job policy's run over a job trace."""
+
+    policy: str
+    scoring: str
+    seed: int
+    total_gpus: int
+    jobs: int
+    job_gpus: int  # GPUs all jobs ask for together
+    placed: int = 0  # jobs that ran
+    spanning: int = 0  # placed jobs whose pods ran in more than one rack
+    partial_gpu_seconds: float = 0.0  # bound GPUs of jobs not yet running, integrated over time
+    partial_at_end: int = 0  # jobs with some, not all, pods bound when the run ended
+    partly_placed: int = 0  # jobs left with some, not all, pods bound after a try
+    gave_up: int = 0
+    gpu_seconds_run: float = 0.0  # GPUs x duration of the jobs that ran
+    allocated_gpu_seconds: float = 0.0  # bound GPUs integrated over the arrival window
+    window: float = 0.0  # first to last arrival (s)
+    peak_allocated_gpus: int = 0
+    waits: list[float] = field(default_factory=list)  # arrival to running, per placed job (s)
+    makespan: float = 0.0  # when the last event happened (s)
+    attempts: int = 0  # pods put through filter
+    bind_errors: int = 0  # binds /bind refused (the pod stayed pending)
+    expired_holds: int = 0  # gang holds that ran out before their member bound
+    skipped: int = 0  # retries skipped (module docstring)
+    wall_seconds: float = 0.0
+    curve: list[tuple[float, int, int]] = field(default_factory=list)  # (s, GPUs bound, of them partly placed)
+    placements: dict[str, str] = field(default_factory=dict)  # pod -> node of every job that ran
+
+    @property
+    def partial_gpu_hours(self) -> float:
+        return self.partial_gpu_seconds / 3600
+
+    @property
+    def mean_allocation(self) -> float:
+        """Mean bound GPUs over the arrival window, as a share of the cluster's GPUs."""
+        if not self.total_gpus:
+            return 0.0
+        if self.window <= 0:
+            return (self.curve[0][1] if self.curve else 0) / self.total_gpus
+        return self.allocated_gpu_seconds / self.window / self.total_gpus
+
+    def to_json(self) -> dict[str, Any]:
+        waits = self.waits
+        return {
+            "jobPolicy": self.policy,
+            "policy": self.scoring,
+            "seed": self.seed,
+            "totalGpus": self.total_gpus,
+            "jobs": self.jobs,
+            "jobGpus": self.job_gpus,
+            "placed": self.placed,
+            "placedShare": round(self.placed / self.jobs, 4) if self.jobs else 0.0,
+            "spanningRacks": self.spanning,
+            "partlyPlacedGpuHours": round(self.partial_gpu_hours, 3),
+            "partlyPlacedAtEnd": self.partial_at_end,
+            "partlyPlacedJobs": self.partly_placed,
+            "gaveUp": self.gave_up,
+            "gpuHoursRun": round(self.gpu_seconds_run / 3600, 3),
+            "meanAllocation": round(self.mean_allocation, 4),
+            "peakAllocatedGpus": self.peak_allocated_gpus,
+            "meanWaitSeconds": round(statistics.fmean(waits), 1) if waits else None,
+            "medianWaitSeconds": round(statistics.median(waits), 1) if waits else None,
+            "makespanSeconds": self.makespan,
+            "attempts": self.attempts,
+            "bindErrors": self.bind_errors,
+            "expiredHolds": self.expired_holds,
+            "skippedRetries": self.skipped,
+            "wallSeconds": round(self.wall_seconds, 3),
+            "allocationCurve": [[t, gpus, partial] for t, gpus, partial in self.curve],
+        }
+
 
 # Figure name -> how a run gives it (JobResult.to_json keys, or computed).
 FIGURES = (

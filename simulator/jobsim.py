@@ -35,10 +35,8 @@ from __future__ import annotations
 
 import asyncio
 import heapq
-import statistics
 import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -46,6 +44,7 @@ from app import gctuning
 from app.cluster.podgroups import podgroup_from_obj
 from app.config import ExtenderConfiguration
 from simulator import sharing as dra
+from simulator.jobreport import JobResult
 from simulator.jobs import RACK_LABEL, Job, podgroup_obj, with_racks
 from simulator.policies import policy_config
 from simulator.schedconfig import SchedulerConfig
@@ -55,10 +54,8 @@ from simulator.trace import GPU, NAMESPACE, SimNode, SimPod
 __all__ = [
     "DEFAULT_RACK_SIZE",
     "JOB_POLICIES",
-    "JobResult",
     "JobRun",
     "job_config",
-    "run_jobs",
     "simulate_jobs",
 ]
 
@@ -66,80 +63,6 @@ JOB_POLICIES = ("pod-by-pod", "gang", "gang-topology", "gang-topology-preferred"
 DEFAULT_RACK_SIZE = 16
 # At one instant: ends and expired holds free room first, arrivals come last.
 _END, _EXPIRE, _GIVE_UP, _ARRIVE = 0, 1, 2, 3
-
-
-@dataclass(slots=True)
-class JobResult:
-    """One job policy's run over a job trace."""
-
-    policy: str
-    scoring: str
-    seed: int
-    total_gpus: int
-    jobs: int
-    job_gpus: int  # GPUs all jobs ask for together
-    placed: int = 0  # jobs that ran
-    spanning: int = 0  # placed jobs whose pods ran in more than one rack
-    partial_gpu_seconds: float = 0.0  # bound GPUs of jobs not yet running, integrated over time
-    partial_at_end: int = 0  # jobs with some, not all, pods bound when the run ended
-    partly_placed: int = 0  # jobs left with some, not all, pods bound after a try
-    gave_up: int = 0
-    gpu_seconds_run: float = 0.0  # GPUs x duration of the jobs that ran
-    allocated_gpu_seconds: float = 0.0  # bound GPUs integrated over the arrival window
-    window: float = 0.0  # first to last arrival (s)
-    peak_allocated_gpus: int = 0
-    waits: list[float] = field(default_factory=list)  # arrival to running, per placed job (s)
-    makespan: float = 0.0  # when the last event happened (s)
-    attempts: int = 0  # pods put through filter
-    bind_errors: int = 0  # binds /bind refused (the pod stayed pending)
-    expired_holds: int = 0  # gang holds that ran out before their member bound
-    skipped: int = 0  # retries skipped (module docstring)
-    wall_seconds: float = 0.0
-    curve: list[tuple[float, int, int]] = field(default_factory=list)  # (s, GPUs bound, of them partly placed)
-    placements: dict[str, str] = field(default_factory=dict)  # pod -> node of every job that ran
-
-    @property
-    def partial_gpu_hours(self) -> float:
-        return self.partial_gpu_seconds / 3600
-
-    @property
-    def mean_allocation(self) -> float:
-        """Mean bound GPUs over the arrival window, as a share of the cluster's GPUs."""
-        if not self.total_gpus:
-            return 0.0
-        if self.window <= 0:
-            return (self.curve[0][1] if self.curve else 0) / self.total_gpus
-        return self.allocated_gpu_seconds / self.window / self.total_gpus
-
-    def to_json(self) -> dict[str, Any]:
-        waits = self.waits
-        return {
-            "jobPolicy": self.policy,
-            "policy": self.scoring,
-            "seed": self.seed,
-            "totalGpus": self.total_gpus,
-            "jobs": self.jobs,
-            "jobGpus": self.job_gpus,
-            "placed": self.placed,
-            "placedShare": round(self.placed / self.jobs, 4) if self.jobs else 0.0,
-            "spanningRacks": self.spanning,
-            "partlyPlacedGpuHours": round(self.partial_gpu_hours, 3),
-            "partlyPlacedAtEnd": self.partial_at_end,
-            "partlyPlacedJobs": self.partly_placed,
-            "gaveUp": self.gave_up,
-            "gpuHoursRun": round(self.gpu_seconds_run / 3600, 3),
-            "meanAllocation": round(self.mean_allocation, 4),
-            "peakAllocatedGpus": self.peak_allocated_gpus,
-            "meanWaitSeconds": round(statistics.fmean(waits), 1) if waits else None,
-            "medianWaitSeconds": round(statistics.median(waits), 1) if waits else None,
-            "makespanSeconds": self.makespan,
-            "attempts": self.attempts,
-            "bindErrors": self.bind_errors,
-            "expiredHolds": self.expired_holds,
-            "skippedRetries": self.skipped,
-            "wallSeconds": round(self.wall_seconds, 3),
-            "allocationCurve": [[t, gpus, partial] for t, gpus, partial in self.curve],
-        }
 
 
 def job_config(base: ExtenderConfiguration, policy: str) -> ExtenderConfiguration:
@@ -520,41 +443,3 @@ class JobExperiment:
         )
         result.placements.clear()  # not reported; keeps what goes back to the parent small
         return result
-
-
-_shared: JobExperiment | None = None
-
-
-def _init(experiment: JobExperiment) -> None:
-    global _shared
-    _shared = experiment
-
-
-def _one(policy: str, seed: int) -> JobResult:
-    assert _shared is not None
-    return _shared.run(policy, seed)
-
-
-def run_jobs(
-    experiment: JobExperiment,
-    policies: Sequence[str],
-    seeds: Sequence[int],
-    workers: int,
-    done: Callable[[JobResult], None] | None = None,
-) -> list[JobResult]:
-    """Every (job policy, seed) in ``workers`` processes (1: here); results in policy-then-seed order."""
-    tasks = [(policy, seed) for policy in policies for seed in seeds]
-    results: dict[tuple[str, int], JobResult] = {}
-    if workers <= 1 or len(tasks) == 1:
-        for policy, seed in tasks:
-            results[(policy, seed)] = result = experiment.run(policy, seed)
-            if done is not None:
-                done(result)
-    else:
-        with ProcessPoolExecutor(max_workers=workers, initializer=_init, initargs=(experiment,)) as pool:
-            futures = {pool.submit(_one, policy, seed): (policy, seed) for policy, seed in tasks}
-            for future in as_completed(futures):
-                results[futures[future]] = result = future.result()
-                if done is not None:
-                    done(result)
-    return [results[task] for task in tasks]

@@ -10,6 +10,7 @@ import pytest
 
 from app.cli import main
 from app.config import load_config
+from simulator.jobreport import JobResult
 from simulator.jobs import (
     DURATION_RANGE,
     GPUS_PER_POD,
@@ -22,7 +23,7 @@ from simulator.jobs import (
     make_jobs,
     with_racks,
 )
-from simulator.jobsim import JOB_POLICIES, JobResult, simulate_jobs
+from simulator.jobsim import JOB_POLICIES, simulate_jobs
 from simulator.trace import GPU, MIB, SimNode, SimPod, TraceError, load_nodes_csv
 
 ROOT = Path(__file__).resolve().parents[2]
