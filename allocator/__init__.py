@@ -47,7 +47,7 @@ from allocator.parse import (
     parse_resource_claim,
 )
 from allocator.parse_slice import parse_resource_slice
-from allocator.pools import NodePools, Pool, SliceIndex
+from allocator.pools import NodePools, Pool
 from allocator.result import (
     AllocatedShare,
     allocated_device_ids,
@@ -55,6 +55,7 @@ from allocator.result import (
     allocation_to_obj,
     parse_allocation,
 )
+from allocator.slice_index import SliceIndex
 from allocator.taints import NO_TAINT_RULES, DeviceTaintRule, TaintRules, parse_device_taint_rule
 from allocator.types import (
     POOL_PRIORITY_ANNOTATION,

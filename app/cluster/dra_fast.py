@@ -31,8 +31,8 @@ import numpy.typing as npt
 from allocator import REASON_CANNOT_ALLOCATE, REASON_INVALID_POOLS, DeviceClass, DeviceID, NodeRef, SelectorCache
 from allocator.capacity import consumption
 from allocator.cel import SelectorError
-from allocator.pools import SliceIndex
 from allocator.requests import Alternative
+from allocator.slice_index import SliceIndex
 from allocator.types import Device
 
 __all__ = ["DeviceTable", "FastDevices", "Selection", "decide", "select", "simple_request"]
