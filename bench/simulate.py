@@ -20,7 +20,7 @@ import sys
 import time
 
 from app.config import load_config
-from simulator.experiment import Run, run_all
+from simulator.experiment import Run, run_pool
 from simulator.schedconfig import load_scheduler_config_argument
 from simulator.simulate import MODES, POLICIES, SHARING, simulate
 from simulator.trace import load_nodes_csv, load_pods
@@ -65,7 +65,7 @@ def main() -> int:
     if args.experiment:
         run = Run(config, nodes, pods, "inflate", args.sharing, 1.3, False, scheduler)
         started = time.perf_counter()
-        results = run_all(run, POLICIES, range(args.experiment), args.workers)
+        results = run_pool(run, POLICIES, range(args.experiment), args.workers)
         seconds = time.perf_counter() - started
         print(
             f"experiment: {len(results)} runs ({len(POLICIES)} policies x {args.experiment} seeds), "

@@ -222,7 +222,7 @@ def run_simulate(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from app.config import load_config
-    from simulator.experiment import Run, run_all, summarise
+    from simulator.experiment import Run, run_pool, summarise
     from simulator.report import format_leftover, format_summary, write_unallocated_plot
     from simulator.schedconfig import SchedulerConfigError, load_scheduler_config_argument
     from simulator.simulate import POLICIES, check_order
@@ -291,7 +291,7 @@ def run_simulate(args: argparse.Namespace) -> int:
     workers = min(args.workers or os.cpu_count() or 1, runs)
     quiet = args.no_progress or not sys.stderr.isatty()
     with tqdm(total=runs, desc="runs", unit="run", file=sys.stderr, disable=quiet) as bar:
-        results = run_all(run, policies, seeds, workers, lambda _: bar.update(1))
+        results = run_pool(run, policies, seeds, workers, lambda _: bar.update(1))
     summary = summarise(results)
     used = scheduler.describe() if scheduler is not None else "none (the extender's priority alone decides)"
     if args.json:

@@ -19,7 +19,7 @@ from simulator.schedconfig import SchedulerConfig
 from simulator.simulate import LEFTOVER_SHOWN, PolicyResult, simulate
 from simulator.trace import SimNode, SimPod
 
-__all__ = ["Experiment", "Run", "run_all", "run_pool", "summarise"]
+__all__ = ["Experiment", "Run", "run_pool", "summarise"]
 
 _R = TypeVar("_R", covariant=True)
 _T = TypeVar("_T")
@@ -101,17 +101,6 @@ def run_pool(
                 if done is not None:
                     done(result)
     return [results[task] for task in tasks]
-
-
-def run_all(
-    run: Run,
-    policies: Sequence[str],
-    seeds: Sequence[int],
-    workers: int,
-    done: Callable[[PolicyResult], None] | None = None,
-) -> list[PolicyResult]:
-    """``run_pool`` for a pod trace."""
-    return run_pool(run, policies, seeds, workers, done)
 
 
 def _spread(values: Sequence[float]) -> dict[str, float] | None:
