@@ -54,11 +54,11 @@ from allocator import (
     is_extended_resource_claim,
 )
 from allocator.taints import DeviceTaintRule, TaintRules
-from app.cluster import dra_views
+from app.cluster import dra_invariants, dra_views
 from app.cluster.changes import ChangeSignal
-from app.cluster.dra_extended import Amounts, Devices, ExtendedResources, Held, held
+from app.cluster.dra_extended import FREE, Amounts, Devices, ExtendedResources, Held, held
 from app.cluster.dra_fast import FastDevices
-from app.cluster.dra_inuse import AllocatedDevices, SharedView, Shares, unwritten
+from app.cluster.dra_inuse import AllocatedDevices, SharedView, Shares, add_shares, drop_shares, unwritten
 from app.cluster.relist import apply_relist
 
 __all__ = ["AllocatedDevices", "DraState", "InFlight", "Proposal", "SharedView"]
@@ -90,26 +90,8 @@ class InFlight:
     held: bool = False  # a gang member's devices held on its planned node, not a bind under way
 
 
-_FREE: Held = (False, 0, None)  # what ``held`` says of a device nobody holds
-
-
 def _rv(value: str) -> int | None:
     return int(value) if value.isdigit() else None
-
-
-def _add_shares(into: Shares, holder: str, shares: Iterable[AllocatedShare]) -> None:
-    for share in shares:
-        into.setdefault(share.device, {})[(holder, share.share_id)] = share.consumed
-
-
-def _drop_shares(into: Shares, holder: str, shares: Iterable[AllocatedShare]) -> None:
-    for share in shares:
-        held = into.get(share.device)
-        if held is None:
-            continue
-        held.pop((holder, share.share_id), None)
-        if not held:
-            del into[share.device]
 
 
 def _devices_of(claim: ResourceClaim | None) -> list[DeviceID]:
@@ -251,9 +233,9 @@ class DraState:
         moved: dict[DeviceID, Held] = {}
         for device in dict.fromkeys(devices):
             now = self._holders(device)
-            if self._held.get(device, _FREE) == now:
+            if self._held.get(device, FREE) == now:
                 continue
-            if now == _FREE:
+            if now == FREE:
                 self._held.pop(device, None)
             else:
                 self._held[device] = now
@@ -323,7 +305,7 @@ class DraState:
         if claim.allocation is not None:
             for device in allocated_device_ids(claim.allocation):
                 self._claim_devices[device] = claim.key
-            _add_shares(self._claim_shares, claim.key, allocated_shares(claim.allocation))
+            add_shares(self._claim_shares, claim.key, allocated_shares(claim.allocation))
         if (old is not None and old.allocation is not None) or claim.allocation is not None:
             self._devices_changed([*_devices_of(old), *_devices_of(claim)])
         if not set(_devices_of(old)) <= set(_devices_of(claim)):
@@ -359,7 +341,7 @@ class DraState:
         for device in allocated_device_ids(claim.allocation):
             if self._claim_devices.get(device) == claim.key:
                 del self._claim_devices[device]
-        _drop_shares(self._claim_shares, claim.key, allocated_shares(claim.allocation))
+        drop_shares(self._claim_shares, claim.key, allocated_shares(claim.allocation))
 
     # ------------------------------------------------------------------ allocated devices
     def allocated_view(self, pod_uid: str = "") -> AllocatedDevices:
@@ -375,15 +357,7 @@ class DraState:
 
     def shares(self, device: DeviceID) -> list[dict[str, Any]]:
         """Who holds which share of a device, for /debug."""
-        out = []
-        for shares, what in ((self._claim_shares, "claim"), (self._inflight_shares, "in flight for pod")):
-            for (holder, share_id), consumed in sorted((shares.get(device) or {}).items()):
-                name = self.inflight[holder].pod if what != "claim" and holder in self.inflight else holder
-                entry: dict[str, Any] = {"holder": f"{what} {name}", "shareID": share_id}
-                if consumed is not None:
-                    entry["consumed"] = {k: dra_views.number(v) for k, v in consumed.items()}
-                out.append(entry)
-        return out
+        return dra_views.shares(self, device)
 
     def holder(self, device: DeviceID) -> str:
         """Who holds a device, for /debug: ``claim ns/name``, ``in flight for pod <uid>`` or ``""``."""
@@ -444,7 +418,7 @@ class DraState:
         self.inflight[pod_uid] = entry
         for device in devices:
             self._inflight_devices[device] = pod_uid
-        _add_shares(self._inflight_shares, pod_uid, shares)
+        add_shares(self._inflight_shares, pod_uid, shares)
         self._devices_changed([*devices, *(share.device for share in shares)])
         return entry
 
@@ -455,7 +429,7 @@ class DraState:
         for device in entry.devices:
             if self._inflight_devices.get(device) == pod_uid:
                 del self._inflight_devices[device]
-        _drop_shares(self._inflight_shares, pod_uid, entry.shares)
+        drop_shares(self._inflight_shares, pod_uid, entry.shares)
         self._devices_changed([*entry.devices, *(share.device for share in entry.shares)])
         if entry.shares or any(device not in self._claim_devices for device in entry.devices):
             self.freed.notify()  # not (all) taken over by the written claims: an aborted or expired bind
@@ -491,30 +465,4 @@ class DraState:
 
     def check_invariants(self) -> None:
         """Recompute the allocated-device maps from scratch and compare (tests use it)."""
-        claimed: dict[DeviceID, str] = {}
-        for claim in self.claims.values():
-            if claim.allocation is not None:
-                for device in allocated_device_ids(claim.allocation):
-                    claimed[device] = claim.key
-        if claimed != self._claim_devices:
-            raise AssertionError(f"claimed devices drifted: have {self._claim_devices}, want {claimed}")
-        inflight = {d: e.pod_uid for e in self.inflight.values() for d in e.devices}
-        if inflight != self._inflight_devices:
-            raise AssertionError(f"in-flight devices drifted: have {self._inflight_devices}, want {inflight}")
-        claim_shares: Shares = {}
-        for claim in self.claims.values():
-            if claim.allocation is not None:
-                _add_shares(claim_shares, claim.key, allocated_shares(claim.allocation))
-        if claim_shares != self._claim_shares:
-            raise AssertionError(f"claimed shares drifted: have {self._claim_shares}, want {claim_shares}")
-        inflight_shares: Shares = {}
-        for e in self.inflight.values():
-            _add_shares(inflight_shares, e.pod_uid, e.shares)
-        if inflight_shares != self._inflight_shares:
-            raise AssertionError(f"in-flight shares drifted: have {self._inflight_shares}, want {inflight_shares}")
-        self.extended.check(self.classes.values(), self._node_refs, self.slices, self.selectors, self._holders)
-        self.fast.check(self._holders)
-        devices = {*claimed, *inflight, *claim_shares, *inflight_shares}
-        held_now = {d: h for d in devices if (h := self._holders(d)) != _FREE}
-        if held_now != self._held:
-            raise AssertionError(f"device holdings drifted: have {self._held}, want {held_now}")
+        dra_invariants.check(self)

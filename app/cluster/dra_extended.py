@@ -19,12 +19,13 @@ from allocator.pools import Candidate
 from app.cluster.index import reindex
 from scoring.framework import MILLI_DEVICES
 
-__all__ = ["Amounts", "Devices", "ExtendedResources", "Held", "held"]
+__all__ = ["FREE", "Amounts", "Devices", "ExtendedResources", "Held", "held"]
 
 Amounts = Mapping[str, tuple[int, int]]  # extended resource -> (allocatable, in use), in milli-devices
 Devices = Mapping[str, tuple[int, ...]]  # extended resource -> milli-devices in use per device, in search order
 Held = tuple[bool, int, Mapping[str, Fraction] | None]  # held whole, shares, their summed consumedCapacity
 Holders = Callable[[DeviceID], Held]
+FREE: Held = (False, 0, None)  # what ``held`` says of a device nobody holds
 
 
 def held(

@@ -11,12 +11,39 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from allocator import AllocationResult, DeviceID, allocated_device_ids, allocated_shares
+from allocator import AllocatedShare, AllocationResult, DeviceID, allocated_device_ids, allocated_shares
 
-__all__ = ["AllocatedDevices", "Planned", "SharedAlso", "SharedView", "Shares", "TakenAlso", "unwritten"]
+__all__ = [
+    "AllocatedDevices",
+    "Planned",
+    "SharedAlso",
+    "SharedView",
+    "Shares",
+    "TakenAlso",
+    "add_shares",
+    "drop_shares",
+    "unwritten",
+]
 
 Shares = dict[DeviceID, dict[tuple[str, str], Mapping[str, Fraction] | None]]  # device -> (holder, shareID) -> consumed
 DeviceShares = Mapping[tuple[str, str], Mapping[str, Fraction] | None]  # one device's: (holder, shareID) -> consumed
+
+
+def add_shares(into: Shares, holder: str, shares: Iterable[AllocatedShare]) -> None:
+    """Record ``holder``'s shares in ``into``."""
+    for share in shares:
+        into.setdefault(share.device, {})[(holder, share.share_id)] = share.consumed
+
+
+def drop_shares(into: Shares, holder: str, shares: Iterable[AllocatedShare]) -> None:
+    """Remove ``holder``'s shares from ``into`` (a device left with none goes)."""
+    for share in shares:
+        held = into.get(share.device)
+        if held is None:
+            continue
+        held.pop((holder, share.share_id), None)
+        if not held:
+            del into[share.device]
 
 
 def unwritten(inflight: DeviceShares | None, claimed: DeviceShares | None) -> DeviceShares | None:

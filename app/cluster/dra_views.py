@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from allocator.counters import PoolCounters
     from app.cluster.dra import DraState
 
-__all__ = ["inflight_view", "node_view", "number"]
+__all__ = ["inflight_view", "node_view", "number", "shares"]
 
 
 def number(value: Fraction) -> int | float:
@@ -79,6 +79,19 @@ def _counter_view(state: DraState, counters: PoolCounters) -> dict[str, Any]:
         name: {c: {"total": number(v), "available": number(left[(name, c)])} for c, v in values.items()}
         for name, values in counters.sets.items()
     }
+
+
+def shares(state: DraState, device: DeviceID) -> list[dict[str, Any]]:
+    """Who holds which share of a device: claims first, then in-flight binds (by pod)."""
+    out = []
+    for held, what in ((state._claim_shares, "claim"), (state._inflight_shares, "in flight for pod")):
+        for (holder, share_id), consumed in sorted((held.get(device) or {}).items()):
+            name = state.inflight[holder].pod if what != "claim" and holder in state.inflight else holder
+            entry: dict[str, Any] = {"holder": f"{what} {name}", "shareID": share_id}
+            if consumed is not None:
+                entry["consumed"] = {k: number(v) for k, v in consumed.items()}
+            out.append(entry)
+    return out
 
 
 def inflight_view(state: DraState) -> list[dict[str, Any]]:
