@@ -1,7 +1,7 @@
 """The extender verbs over the cache and the scheduling profile, independent of the HTTP framework.
 
-Filter and prioritize are pure reads of the cache; bind is the only verb that writes (the assume
-ledger, then the API). Everything between two awaits runs atomically on the event loop, so the fit
+Filter and prioritize are pure reads of the cache; bind (``app.bind``) is the only verb that writes
+(the assume ledger, then the API). Everything between two awaits runs atomically on the event loop, so the fit
 re-check and the assumption in bind cannot interleave with another bind or filter.
 """
 
@@ -11,15 +11,15 @@ import logging
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import msgspec
 
+from app.bind import Binder, BindVerb
 from app.cluster.bindless import BindlessPods
 from app.cluster.cache import ClusterCache
 from app.cluster.objects import ObjectError, pod_from_obj
 from app.cluster.requeue import Requeuer
-from app.cluster.writes import BindError
 from app.config import ExtenderConfiguration
 from app.http import go_layout, wire
 from app.operator.metrics import Metrics
@@ -27,7 +27,7 @@ from app.pipeline.build import build_pipeline
 from app.pipeline.claims import DraClaims
 from app.pipeline.dynamicresources import ClaimWriter
 from app.pipeline.fairness import Fairness
-from app.pipeline.framework import BindCycle, FilterCycle, FilterError, Refusal
+from app.pipeline.framework import FilterCycle, FilterError, Pipeline
 from app.pipeline.gangs import Gangs
 from app.pipeline.nodes import REASON_NODE_NOT_IN_CACHE
 from app.pipeline.queues import Queues
@@ -51,10 +51,6 @@ _PENDING_PODS = 10_000  # pods seen in /filter, so /bind can assume them before 
 _POD_MEMO = 64  # parsed pods by request bytes: filter, then prioritize, of the same pod
 
 
-class Binder(Protocol):
-    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None: ...
-
-
 class ExtenderService:
     """The verbs: each runs the pipeline's extension points over its participants (app/pipeline)."""
 
@@ -71,9 +67,8 @@ class ExtenderService:
     ) -> None:
         self.config = config
         self.cache = cache
-        self.binder = binder
         self.metrics = metrics or Metrics()
-        self.pipeline, self.resources = build_pipeline(config, cache, claim_writer, wall_clock)
+        pipeline, self.resources = build_pipeline(config, cache, claim_writer, wall_clock)
         self.kueue_source: Any = None  # app.cluster.kueue_watch.KueueSource when Kueue's objects are watched
         self.requeuer: Requeuer | None = None  # cluster mode: asks kube-scheduler to retry rejected pods
         self.readiness = readiness or (lambda: (True, ""))
@@ -81,7 +76,6 @@ class ExtenderService:
         self.decisions: deque[dict[str, Any]] = deque(maxlen=config.server.decisionHistory)
         self._pending: OrderedDict[str, PodInfo] = OrderedDict()
         self._pod_memo: OrderedDict[bytes, PodInfo] = OrderedDict()
-        self._binding: set[str] = set()  # UIDs of the pods a /bind is running for
         # Filter's lag detection (filter_caught_up): the cache generation at which each pod was last left
         # with no node, the generation of the last fruitless wait, and the shortages that contradict
         # kube-scheduler (it counts these resources too, and only sends nodes where they fit).
@@ -95,6 +89,7 @@ class ExtenderService:
         self.metrics.register_cache(self._cache_metrics)
         # Pods this filter saw that kube-scheduler's own binder bound (the cache's PodChanged events tell).
         self.bindless = BindlessPods(cache, self.metrics, wall_clock=wall_clock)
+        self._bind_verb = BindVerb(cache, pipeline, binder, self.bindless, self.metrics, self._record, self._pending)
 
     def _cache_metrics(self) -> dict[str, dict[str, float]]:
         gauges = {
@@ -397,92 +392,25 @@ class ExtenderService:
 
     # ------------------------------------------------------------------ bind
     async def bind(self, body: bytes) -> dict[str, Any]:
-        try:
-            args = wire.decode_bind_args(body)
-        except wire.WireError as exc:
-            message = f"invalid bind request: {exc}"
-            self._record("bind", "?", "error", level=logging.WARNING, msg=f"bind failed: {message}", error=str(exc))
-            return wire.bind_result(message)
-        key = f"{args.pod_namespace}/{args.pod_name}"
-        pod = self.cache.pods.get(args.pod_uid) or self._pending.get(args.pod_uid)
-        if pod is None:
-            return self._bind_failed(key, "unknown-pod", f"pod {key} (uid {args.pod_uid}) is unknown to the extender")
-        if (pod.namespace, pod.name) != (args.pod_namespace, args.pod_name):
-            return self._bind_failed(key, "mismatch", f"pod uid {args.pod_uid} belongs to {pod.key}, not {key}")
-        if pod.node_name == args.node:
-            return self._already_bound(key, args.node)
-        if pod.node_name:
-            return self._bind_failed(key, "bound-elsewhere", f"pod {key} is already bound to node {pod.node_name}")
-        if args.node not in self.cache.nodes:
-            return self._bind_failed(key, "unknown-node", f"node {args.node} is unknown to the extender")
-        if pod.uid in self._binding:
-            # kube-scheduler retried after a timeout while the first /bind still runs: two binds of one
-            # pod would undo each other's in-flight devices and claims.
-            return self._bind_failed(key, "in-progress", f"a bind of pod {key} is still in progress")
-        self._binding.add(pod.uid)
-        try:
-            return await self._bind(pod, key, args)
-        finally:
-            self._binding.discard(pod.uid)
+        return await self._bind_verb.bind(body)
 
-    async def _bind(self, pod: PodInfo, key: str, args: wire.BindArgs) -> dict[str, Any]:
-        cycle = BindCycle(pod, args.node)
-        refusal = self._admit_and_reserve(cycle)
-        if refusal is None:
-            self.bindless.assumed(pod.uid, args.node)  # from here on a Binding to this node is ours
-            for participant in self.pipeline.at("pre_bind", pod):
-                refusal = await participant.pre_bind(cycle)
-                if refusal is not None:
-                    break
-        if refusal is None:
-            try:
-                await self.binder.bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node)
-            except BindError as exc:
-                if exc.bound_to == args.node:
-                    return self._already_bound(key, args.node)
-                message = f"binding pod {key} to node {args.node} failed: {exc}"
-                refusal = Refusal(exc.kind, message, definite=exc.definite)
-        if refusal is not None:
-            if refusal.definite and cycle.reserved:
-                await self._unreserve(cycle)
-            return self._bind_failed(key, refusal.kind, refusal.message)
-        self._record("bind", key, "bound", level=logging.INFO, msg=f"bound {key} to node {args.node}", node=args.node)
-        for participant in self.pipeline.at("post_bind", pod):
-            participant.post_bind(cycle)
-        return wire.bind_result()
+    @property
+    def pipeline(self) -> Pipeline:
+        """The participants every verb runs (tests swap it)."""
+        return self._bind_verb.pipeline
 
-    def _admit_and_reserve(self, cycle: BindCycle) -> Refusal | None:
-        """Admit, then reserve, all before the first await (atomic with other binds and filters); a
-        failed reserve gives back what the participants before it reserved."""
-        pod = cycle.pod
-        for participant in self.pipeline.at("admit", pod):
-            refusal = participant.admit(pod, cycle.node)
-            if refusal is not None:
-                return refusal
-        for participant in self.pipeline.at("reserve", pod):
-            refusal = participant.reserve(cycle)
-            if refusal is not None:
-                return refusal
-            cycle.reserved.append(participant)
-        return None
+    @pipeline.setter
+    def pipeline(self, pipeline: Pipeline) -> None:
+        self._bind_verb.pipeline = pipeline
 
-    async def _unreserve(self, cycle: BindCycle) -> None:
-        """A bind that failed for certain: the participants give back what they reserved, last first,
-        and a Binding to this node is no longer ours."""
-        reserved, cycle.reserved = cycle.reserved, []
-        for participant in reversed(reserved):
-            await participant.unreserve(cycle)
-        self.bindless.released(cycle.pod.uid, cycle.node)
+    @property
+    def binder(self) -> Binder:
+        """Who writes the Binding (the API in cluster mode; tests swap it)."""
+        return self._bind_verb.binder
 
-    def _already_bound(self, key: str, node: str) -> dict[str, Any]:
-        message = f"{key} was already bound to node {node} (a retried bind): success"
-        self._record("bind", key, "already-bound", level=logging.INFO, msg=message, node=node)
-        return wire.bind_result()
-
-    def _bind_failed(self, key: str, kind: str, message: str) -> dict[str, Any]:
-        self.metrics.bind_errors.labels(kind).inc()
-        self._record("bind", key, "error", level=logging.WARNING, msg=f"bind failed: {message}", error=message)
-        return wire.bind_result(message)
+    @binder.setter
+    def binder(self, binder: Binder) -> None:
+        self._bind_verb.binder = binder
 
     # ------------------------------------------------------------------ explain
     def explain(self, body: bytes) -> dict[str, Any]:
