@@ -34,6 +34,7 @@ from allocator import AllocationResult
 from app.cluster.cache import ClusterCache
 from app.cluster.podgroups import COSCHEDULING, KUEUE, PODGROUP, group_source
 from app.config import GangsConfig
+from app.pipeline import gang_views
 from app.pipeline.dynamicresources import DynamicResources, PodClaims
 from app.pipeline.fairness import Fairness
 from app.pipeline.framework import BindCycle, FilterCycle, Participant
@@ -435,68 +436,16 @@ class Gangs(Participant):
         }
 
     def view(self) -> dict[str, Any]:
-        """/debug's ``gangs``: every gang the cache knows (by its members or its PodGroup), its
-        ``state`` (planned, waiting, unschedulable, released, complete, or new: not judged yet), each
-        member's node and state (bound, binding, held on its planned node, pending, finished), the
-        plan with its holds or why the group waits; and the recent decisions. A read: a plan whose
-        holds ran out shows until the next member's filter releases it."""
-        groups = []
-        policies = self.cache.groups.policies
-        keys = set(self.cache.groups.members) | {k for k, p in policies.items() if p.min_count > 0}
-        for key in sorted(keys):
-            members = sorted(self._member_uids(key), key=lambda uid: self._pod(uid).name)
-            group = self.group_of(self._pod(members[0])) if members else self._policy_group(key)
-            if group is None:
-                continue
-            plan = self.plans.get(key)
-            outcome, reason = self.last.get(key, ("new", ""))
-            entry: dict[str, Any] = {
-                "group": key,
-                "minCount": group.min_count,
-                "topology": group.topology.describe() if group.topology else None,
-                "state": "planned" if plan is not None else outcome,
-                "members": [self._member_view(uid, plan) for uid in members],
-                "plan": None,
-                "reason": group.missing or (reason if plan is None and outcome != "complete" else ""),
-            }
-            if plan is not None:
-                entry["plan"] = {
-                    "domain": plan.domain,
-                    "plannedAt": plan.planned_at,
-                    "holdExpiresInSeconds": round(plan.deadline - self.cache.clock(), 3),
-                    "held": self._held_totals(plan),
-                }
-            groups.append(entry)
-        return {"enabled": True, "groups": groups, "decisions": list(self.decisions)}
+        """/debug's ``gangs`` (``app.pipeline.gang_views``)."""
+        return gang_views.gangs_view(self)
 
-    def _policy_group(self, key: str) -> GangGroup | None:
+    def policy_group(self, key: str) -> GangGroup | None:
         """A PodGroup that has no pods in the cache yet."""
         policy = self.cache.groups.policies.get(key)
         if policy is None or policy.min_count <= 0:
             return None
         topology = TopologyRequest(policy.topology_key, True) if policy.topology_key else None
         return GangGroup(key, policy.min_count, policy.timeout_seconds or self.config.holdSeconds, topology)
-
-    def _member_view(self, uid: str, plan: GangPlan | None) -> dict[str, Any]:
-        pod = self._pod(uid)
-        assumption = self.cache.ledger.get(uid)
-        if pod.terminal:
-            state, node = "finished", pod.node_name
-        elif pod.node_name:
-            state, node = "bound", pod.node_name
-        elif assumption is not None:
-            state, node = ("held" if assumption.held_for else "binding"), assumption.node
-        else:
-            state, node = "pending", plan.placements.get(uid, "") if plan is not None else ""
-        return {"pod": pod.key, "uid": uid, "node": node, "state": state}
-
-    def _held_totals(self, plan: GangPlan) -> dict[str, int]:
-        totals: Counter[str] = Counter()
-        for uid in plan.placements:
-            assumption = self.cache.ledger.get(uid)
-            if assumption is not None and assumption.held_for == plan.group.key:
-                totals.update({r: a for r, a in assumption.pod.resources.requests.items() if a > 0})
-        return dict(totals)
 
     def metrics(self) -> dict[str, dict[str, float]]:
         held = sum(
