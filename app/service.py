@@ -68,7 +68,7 @@ class ExtenderService:
         self.config = config
         self.cache = cache
         self.metrics = metrics or Metrics()
-        pipeline, self.resources = build_pipeline(config, cache, claim_writer, wall_clock)
+        self._pipeline, self.resources = build_pipeline(config, cache, claim_writer, wall_clock)
         self.kueue_source: Any = None  # app.cluster.kueue_watch.KueueSource when Kueue's objects are watched
         self.requeuer: Requeuer | None = None  # cluster mode: asks kube-scheduler to retry rejected pods
         self.readiness = readiness or (lambda: (True, ""))
@@ -89,7 +89,9 @@ class ExtenderService:
         self.metrics.register_cache(self._cache_metrics)
         # Pods this filter saw that kube-scheduler's own binder bound (the cache's PodChanged events tell).
         self.bindless = BindlessPods(cache, self.metrics, wall_clock=wall_clock)
-        self._bind_verb = BindVerb(cache, pipeline, binder, self.bindless, self.metrics, self._record, self._pending)
+        self._bind_verb = BindVerb(
+            cache, self._pipeline, binder, self.bindless, self.metrics, self._record, self._pending
+        )
 
     def _cache_metrics(self) -> dict[str, dict[str, float]]:
         gauges = {
@@ -397,11 +399,11 @@ class ExtenderService:
     @property
     def pipeline(self) -> Pipeline:
         """The participants every verb runs (tests swap it)."""
-        return self._bind_verb.pipeline
+        return self._pipeline
 
     @pipeline.setter
     def pipeline(self, pipeline: Pipeline) -> None:
-        self._bind_verb.pipeline = pipeline
+        self._pipeline = self._bind_verb.pipeline = pipeline
 
     @property
     def binder(self) -> Binder:
