@@ -34,11 +34,11 @@ from allocator import AllocationResult
 from app.cluster.cache import ClusterCache
 from app.cluster.podgroups import COSCHEDULING, KUEUE, PODGROUP, group_source
 from app.config import GangsConfig
-from app.pipeline import gang_views
 from app.pipeline.dynamicresources import DynamicResources, PodClaims
 from app.pipeline.fairness import Fairness
 from app.pipeline.framework import BindCycle, FilterCycle, Participant
 from app.pipeline.gang_rooms import GroupRooms, NodeLabels, RoomCache, demand_of, kind_of
+from app.pipeline.gang_views import gangs_view
 from gang.planner import Plan, Rejection, plan_group
 from gang.spec import GroupRequest, Member, TopologyRequest
 from scoring.framework import SUCCESS, Code, NodeInfo, PodInfo, Status
@@ -437,7 +437,7 @@ class Gangs(Participant):
 
     def view(self) -> dict[str, Any]:
         """/debug's ``gangs`` (``app.pipeline.gang_views``)."""
-        return gang_views.gangs_view(self)
+        return gangs_view(self)
 
     def policy_group(self, key: str) -> GangGroup | None:
         """A PodGroup that has no pods in the cache yet."""
