@@ -43,6 +43,7 @@ __all__ = [
     "TieBreak",
     "asks_for_any",
     "lowest_name",
+    "lowest_name_batch",
     "most_allocated",
     "most_allocated_batch",
     "winners",
@@ -142,6 +143,16 @@ def lowest_name(best: Sequence[bool], names: Sequence[str]) -> list[bool]:
     """Among the ``best`` nodes, only the one with the lexicographically smallest name."""
     first = min((name for is_best, name in zip(best, names, strict=True) if is_best), default=None)
     return [is_best and name == first for is_best, name in zip(best, names, strict=True)]
+
+
+def lowest_name_batch(best: npt.NDArray[np.bool_], names: Sequence[str]) -> npt.NDArray[np.bool_]:
+    """``lowest_name`` over a mask: only the ``best`` positions' names are read (a few of many)."""
+    at = best.nonzero()[0].tolist()
+    won = np.zeros(len(best), dtype=np.bool_)
+    if at:
+        first = min(map(names.__getitem__, at))
+        won[[index for index in at if names[index] == first]] = True
+    return won
 
 
 def winners(best: Sequence[bool], keys: Sequence[int]) -> list[bool]:

@@ -26,7 +26,7 @@ from scoring.managed_fit import ManagedResourcesFit
 from scoring.priority_scale import PriorityScale
 from scoring.profile import Profile
 from scoring.table import Batch, BoolArray
-from scoring.tie_break import TieBreak, asks_for_any, lowest_name, most_allocated, most_allocated_batch
+from scoring.tie_break import TieBreak, asks_for_any, lowest_name_batch, most_allocated, most_allocated_batch
 
 __all__ = ["ResourceFit"]
 
@@ -99,7 +99,7 @@ class ResourceFit(Participant):
             return best
         won = self._most_allocated(pod, candidates, batch, best)
         if self.tie_break.lowest_name and np.count_nonzero(won) > 1:
-            won = np.array(lowest_name(won.tolist(), candidates.names), dtype=np.bool_)
+            won = lowest_name_batch(won, candidates.names)
         return won
 
     def _most_allocated(self, pod: PodInfo, candidates: Candidates, batch: Batch | None, best: BoolArray) -> BoolArray:

@@ -15,7 +15,14 @@ from scoring.best_scored import best_scored
 from scoring.framework import ArgsError, NodeInfo, PodInfo
 from scoring.priority_scale import break_ties, break_ties_by_name, candidates
 from scoring.resources import PodResources
-from scoring.tie_break import TieBreak, lowest_name, most_allocated, most_allocated_batch, winners
+from scoring.tie_break import (
+    TieBreak,
+    lowest_name,
+    lowest_name_batch,
+    most_allocated,
+    most_allocated_batch,
+    winners,
+)
 from tests.scoring.builders import named_batch
 from tests.scoring.test_gpu_sharing_plugins import GPU, claim_pod, dra_node, gpu_nodes, gpu_pods, plugin_node
 
@@ -79,6 +86,14 @@ def test_lowest_name_alone_or_after_most_allocated() -> None:
     assert lowest_name([True, True, True, False], ["n2", "n10", "n3", "a"]) == [False, True, False, False]
     assert break_ties_by_name([10, 10, 10, 4], ["n2", "n10", "n3", "a"]) == [9, 10, 9, 4]
     assert lowest_name([], []) == []
+
+
+@given(st.lists(st.tuples(st.booleans(), st.sampled_from(["a", "b", "n1", "n10", "n2", "z"])), max_size=12))
+def test_lowest_name_batch_is_the_definition(entries: list[tuple[bool, str]]) -> None:
+    """The mask twin reads only the best positions and keeps what ``lowest_name`` keeps (repeated
+    names included)."""
+    best, names = [b for b, _ in entries], [n for _, n in entries]
+    assert lowest_name_batch(np.array(best, dtype=np.bool_), names).tolist() == lowest_name(best, names)
 
 
 @settings(max_examples=200, deadline=None)
