@@ -450,9 +450,28 @@ def report(results: dict[str, Any]) -> None:
             if verb in verbs:
                 v = verbs[verb]
                 print(f"| {verb} | {int(v['count'])} | {v['mean_ms']:.2f} | {v['p50_ms']:.2f} | {v['p99_ms']:.2f} |")
+    for line in null_ratios(results["rounds"]):
+        print(line)
     for key in ("packing", "fill"):
         if key in results:
             print(f"\n{key}: {results[key]}")
+
+
+NULL_TARGET = 0.9  # the extender phase against a null extender's, in every round
+
+
+def null_ratios(rounds: list[dict[str, Any]]) -> list[str]:
+    """Per null extender phase run: the extender phase's pods/s over it in each round, and whether
+    every round reaches ``NULL_TARGET``."""
+    lines = []
+    for name in NULL_EXTENDERS:
+        if not rounds or any(name not in r for r in rounds):
+            continue
+        ratios = [r["extender"]["pods_per_second"] / max(r[name]["pods_per_second"], 1e-9) for r in rounds]
+        verdict = "met" if all(ratio >= NULL_TARGET for ratio in ratios) else "missed"
+        shown = " / ".join(f"{ratio:.2f}" for ratio in ratios)
+        lines.append(f"extender / {name}: {shown} (target {NULL_TARGET} in every round: {verdict})")
+    return ["", *lines] if lines else []
 
 
 if __name__ == "__main__":
