@@ -14,7 +14,10 @@ CPU-only), then in each round, one after the other on the same cluster:
   ``bench.null_extender`` (passes the first candidate, binds, nothing else): what the extender
   protocol costs kube-scheduler and the API server, which no extender can avoid; with
   ``extender-null-raw`` also behind ``bench.null_raw``, the same null extender without a web framework
-  or an HTTP client library (a check that the floor is itself as cheap as the protocol allows).
+  or an HTTP client library (a check that the floor is itself as cheap as the protocol allows);
+* with ``--extra-phase extender-null-filter``, the shipped extender whose /filter answers the first
+  candidate without scoring (``bench.extender_null_filter``): its HTTP server, watches, /bind and
+  bookkeeping alone, between the null extenders and the shipped extender.
 
 Each round also prints the ratio a zero-cost extender could reach when the cores are the limit:
 every process's CPU seconds per pod in the baseline over those of the extender phase without the
@@ -235,6 +238,7 @@ EXTRA_PHASES = (
     "extender-failures-always",
     "extender-null",
     "extender-null-raw",
+    "extender-null-filter",
 )
 NULL_EXTENDERS = {"extender-null": "bench.null_extender", "extender-null-raw": "bench.null_raw"}
 
@@ -311,7 +315,8 @@ def main(argv: list[str] | None = None) -> int:
         "kube-scheduler's default percentageOfNodesToScore (the extender sees a sample of the nodes); the shipped "
         "configuration with filterReturns: Feasible; the shipped configuration with filterFailures: Always; "
         "kube-scheduler with the shipped profile behind bench.null_extender (passes the first candidate, binds); "
-        "the same behind bench.null_raw, a second null extender without web framework or HTTP client library",
+        "the same behind bench.null_raw, a second null extender without web framework or HTTP client library; "
+        "the shipped extender with a null /filter (bench.extender_null_filter: its machinery without scoring)",
     )
     parser.add_argument(
         "--pprof",
@@ -360,7 +365,11 @@ def main(argv: list[str] | None = None) -> int:
                     if name == "extender-failures-always":
                         config["filterFailures"] = "Always"
                     null = NULL_EXTENDERS.get(name)
-                    extender = start_null_extender(plane, null) if null else plane.start_extender(config)
+                    if null:
+                        extender = start_null_extender(plane, null)
+                    else:
+                        module = "bench.extender_null_filter" if name == "extender-null-filter" else "app.cli"
+                        extender = plane.start_extender(config, module=module)
                     edit = _sampled if name == "extender-sampled" else None
                     go_env = {} if name == "extender-go-defaults" else None  # None: deploy/'s GOGC, GOMEMLIMIT
                     plane.start_scheduler(extender.port, qps=qps, edit=edit, env=go_env, flags=profile_flags)

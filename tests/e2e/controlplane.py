@@ -373,8 +373,10 @@ class ControlPlane:
         kubeconfig_path: Path | None = None,
         log_level: str = "info",
         wait: bool = True,
+        module: str = "app.cli",
     ) -> Extender:
-        """``kube-gpu-extender serve`` under the ServiceAccount of deploy/rbac.yaml."""
+        """``kube-gpu-extender serve`` under the ServiceAccount of deploy/rbac.yaml (``module``: another
+        entry point with the same command line, such as a bench's variant of the extender)."""
         port = port or free_port()
         config_path = self.workdir / "extender-config.yaml"
         config_path.write_text(yaml.safe_dump(dict(config)))
@@ -384,7 +386,7 @@ class ControlPlane:
             [
                 sys.executable,
                 "-m",
-                "app.cli",
+                module,
                 "serve",
                 "--config",
                 str(config_path),
