@@ -14,6 +14,8 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 import msgspec
+import numpy as np
+import numpy.typing as npt
 
 from app.bind import Binder, BindVerb
 from app.cluster.bindless import BindlessPods
@@ -311,7 +313,7 @@ class ExtenderService:
         candidates, batch, priorities = decided
         if batch is not None and batch.all_known:
             return wire.host_priority_raw(self.cache.table.host_prefixes(batch.names, batch.rows), priorities)
-        return wire.host_priority_list(candidates.names, priorities)
+        return wire.host_priority_list(candidates.names, priorities.tolist())
 
     def priorities(self, body: bytes) -> tuple[Sequence[str], list[int]]:
         """/prioritize's answer before it is encoded: hosts and their 0..10 priorities, in order ((), []
@@ -319,9 +321,11 @@ class ExtenderService:
         decided = self._prioritize(body, None)
         if decided is None:
             return (), []
-        return decided[0].names, decided[2]
+        return decided[0].names, decided[2].tolist()
 
-    def _prioritize(self, body: bytes, plugin: str | None) -> tuple[wire.Candidates, Batch | None, list[int]] | None:
+    def _prioritize(
+        self, body: bytes, plugin: str | None
+    ) -> tuple[wire.Candidates, Batch | None, npt.NDArray[np.int64]] | None:
         try:
             args = wire.decode_extender_args(body)
             pod = self._pod(args.pod_raw)

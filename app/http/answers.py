@@ -7,13 +7,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 import msgspec
+import numpy as np
+import numpy.typing as npt
 
 __all__ = ["host_priority_raw", "node_reasons_raw"]
 
 _encode = msgspec.json.Encoder().encode
 
-# What closes a prebuilt '{"Host":...,"Score":' for each score 0..10, and the comma before the next.
-_SCORE_TAIL = [f"{score}}},".encode() for score in range(11)]
+# What closes a prebuilt '{"Host":...,"Score":' for each score 0..10, and the comma before the next
+# (an object array: a score array picks its tails in one indexing, not one call per node).
+_SCORE_TAIL = np.array([f"{score}}},".encode() for score in range(11)], dtype=object)
 
 
 def _joined(heads: Sequence[bytes], tails: Iterable[bytes], opening: bytes, closing: bytes) -> bytes:
@@ -27,14 +30,18 @@ def _joined(heads: Sequence[bytes], tails: Iterable[bytes], opening: bytes, clos
     return b"".join(parts)
 
 
-def host_priority_raw(hosts: Sequence[bytes], scores: Sequence[int]) -> msgspec.Raw:
+def host_priority_raw(hosts: Sequence[bytes], scores: Sequence[int] | npt.NDArray[np.int64]) -> msgspec.Raw:
     """``HostPriorityList`` from per-node prebuilt ``{"Host":"<name>","Score":`` prefixes: no dict per
-    node, no re-encoding of names (scores are 0..10)."""
+    node, no re-encoding of names (scores are 0..10; the verb passes them as the array it computed)."""
     if len(hosts) != len(scores):
         raise ValueError(f"{len(hosts)} hosts but {len(scores)} scores")
     if not hosts:
         return msgspec.Raw(b"[]")
-    return msgspec.Raw(_joined(hosts, map(_SCORE_TAIL.__getitem__, scores), b"[", b"]"))
+    at = np.asarray(scores, dtype=np.intp)
+    if at.min() < 0 or at.max() > 10:
+        raise ValueError(f"scores must be 0..10, not {int(at.min())}..{int(at.max())}")
+    tails: list[bytes] = _SCORE_TAIL[at].tolist()
+    return msgspec.Raw(_joined(hosts, tails, b"[", b"]"))
 
 
 def node_reasons_raw(keys: Iterable[bytes], reasons: Sequence[str], reason_index: Iterable[int]) -> msgspec.Raw:

@@ -124,7 +124,9 @@ class ResourceFit(Participant):
         won[positions[keys == keys.max()]] = True
         return won
 
-    def priorities(self, pod: PodInfo, candidates: Candidates, batch: Batch | None, plugin: str | None) -> list[int]:
+    def priorities(
+        self, pod: PodInfo, candidates: Candidates, batch: Batch | None, plugin: str | None
+    ) -> npt.NDArray[np.int64]:
         """0..10 per candidate: the node scores through the configured priority scale; of the best
         nodes, those ``tieBreak`` leaves out get 9 (not for one plugin's scores alone)."""
         pod = self.claim_devices.with_claim_devices(pod)  # once for the scores and the tie-break
@@ -133,8 +135,7 @@ class ResourceFit(Participant):
         if plugin is None and self.tie_break is not None:
             best = priorities == MAX_EXTENDER_PRIORITY
             priorities[best & ~self.break_ties(pod, candidates, batch, best)] = MAX_EXTENDER_PRIORITY - 1
-        result: list[int] = priorities.tolist()
-        return result
+        return priorities
 
     def best_scored(self, pod: PodInfo, candidates: Candidates, batch: Batch | None) -> list[str]:
         """``filterReturns: BestScored``: the candidates the profile scores highest, after ``tieBreak``

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import msgspec
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -86,11 +87,18 @@ def test_host_priority_raw_is_the_host_priority_list(entries: list[tuple[str, in
     names = [name for name, _ in entries]
     raw = wire.host_priority_raw(prefixes, scores)
     assert json.loads(bytes(raw)) == json.loads(wire.encode(wire.host_priority_list(names, scores)))
+    assert bytes(wire.host_priority_raw(prefixes, np.array(scores, dtype=np.int64))) == bytes(raw)  # as the verb passes
 
 
 def test_host_priority_raw_refuses_a_score_count_that_does_not_match() -> None:
     with pytest.raises(ValueError, match="2 hosts but 1 scores"):
         wire.host_priority_raw([b'{"Host":"a","Score":', b'{"Host":"b","Score":'], [3])
+
+
+@pytest.mark.parametrize("score", [-1, 11])
+def test_host_priority_raw_refuses_a_score_outside_0_to_10(score: int) -> None:
+    with pytest.raises(ValueError, match=r"scores must be 0\.\.10"):
+        wire.host_priority_raw([b'{"Host":"a","Score":', b'{"Host":"b","Score":'], np.array([3, score]))
 
 
 @given(
