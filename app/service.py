@@ -268,15 +268,20 @@ class ExtenderService:
             self._record("filter", pod.key, "error", error=str(exc))
             return wire.filter_result(error=str(exc)), False
         names, verdicts = candidates.names, cycle.verdicts
-        passed = verdicts.passed(names)
-        feasible = len(passed)
         keep = verdicts.codes == 0
-        if self.config.filterReturns == BEST_SCORED and feasible > 1:
-            subset = None if batch is None else batch.subset(keep, passed)
-            passed = self.resources.best_scored(pod, candidates.subset(passed), subset)  # the others: left out
-        elif batch is not None and batch.all_known:  # prioritize will ask about exactly these
-            self.cache.table.remember(passed, batch.rows[keep])
-            go_layout.remember_node_names(wire.encode(passed), passed)
+        feasible = int(np.count_nonzero(keep))
+        if self.config.filterReturns == BEST_SCORED and feasible > 1:  # the others: left out
+            if batch is not None and 8 * feasible >= len(names):  # not few: score all, mask the rest
+                passed = self.resources.best_scored(pod, candidates, batch, keep)
+            else:
+                passed = verdicts.passed(names)
+                subset = None if batch is None else batch.subset(keep, passed)
+                passed = self.resources.best_scored(pod, candidates.subset(passed), subset)
+        else:
+            passed = verdicts.passed(names)
+            if batch is not None and batch.all_known:  # prioritize will ask about exactly these
+                self.cache.table.remember(passed, batch.rows[keep])
+                go_layout.remember_node_names(wire.encode(passed), passed)
         failures = verdicts.reason_counts()
         for reason, count in failures.items():
             self.metrics.filter_failure(reason).inc(count)

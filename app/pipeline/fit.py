@@ -73,10 +73,16 @@ class ResourceFit(Participant):
 
     # ------------------------------------------------------------------ score
     def node_scores(
-        self, pod: PodInfo, candidates: Candidates, batch: Batch | None, plugin: str | None
+        self,
+        pod: PodInfo,
+        candidates: Candidates,
+        batch: Batch | None,
+        plugin: str | None,
+        only: BoolArray | None = None,
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
         """The profile's 0..100 score per candidate, and whether the node could be scored at all
-        (``pod`` with its claims' devices, ``with_claim_devices``)."""
+        (``pod`` with its claims' devices, ``with_claim_devices``); a node outside ``only`` may be
+        left unscored where it would be scored one by one."""
         names = candidates.names
         scores = None if batch is None else self.profile.node_scores_batch(pod, batch, plugin)
         if scores is None or batch is None:
@@ -84,7 +90,7 @@ class ResourceFit(Participant):
             known = np.zeros(len(names), dtype=np.bool_)
         else:
             known = batch.known.copy()
-        for position in (~known).nonzero()[0].tolist():
+        for position in (~known if only is None else ~known & only).nonzero()[0].tolist():
             name = names[position]
             node = self.nodes.node(pod, name, candidates.allocatable(name))
             if not isinstance(node, Status):
@@ -137,12 +143,19 @@ class ResourceFit(Participant):
             priorities[best & ~self.break_ties(pod, candidates, batch, best)] = MAX_EXTENDER_PRIORITY - 1
         return priorities
 
-    def best_scored(self, pod: PodInfo, candidates: Candidates, batch: Batch | None) -> list[str]:
+    def best_scored(
+        self, pod: PodInfo, candidates: Candidates, batch: Batch | None, passing: BoolArray | None = None
+    ) -> list[str]:
         """``filterReturns: BestScored``: the candidates the profile scores highest, after ``tieBreak``
-        (prioritize then asks about these, so the table remembers their rows)."""
+        (prioritize then asks about these, so the table remembers their rows). ``passing``: the
+        candidates that passed the filter, the only ones that compete (all when None): scoring the
+        whole batch reads the same rows and spares building the list and batch of those that pass."""
         pod = self.claim_devices.with_claim_devices(pod)  # once for the scores and the tie-break
-        scores, known = self.node_scores(pod, candidates, batch, None)
-        keep = self.break_ties(pod, candidates, batch, best_scored_batch(scores, known))
+        scores, known = self.node_scores(pod, candidates, batch, None, passing)
+        top = best_scored_batch(scores, known if passing is None else known & passing)
+        if passing is not None:
+            top &= passing  # none of them scored: all that passed, and only those
+        keep = self.break_ties(pod, candidates, batch, top)
         best = list(map(candidates.names.__getitem__, keep.nonzero()[0].tolist()))  # few of many
         if batch is not None and batch.all_known:
             self.cache.table.remember(best, batch.rows[keep])

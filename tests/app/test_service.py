@@ -7,6 +7,8 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from app.cluster.snapshot import SnapshotBinder
 from app.cluster.writes import BindError
@@ -294,6 +296,7 @@ def test_best_scored_filter_keeps_the_top_priority_nodes(gpus: int) -> None:
     pod = pod_obj("p", gpus=gpus, cpu="8", memory="32Gi")
     priorities = json.loads(wire.encode(service.prioritize(filter_body(pod, feasible["NodeNames"]))))
     assert best["NodeNames"] == [s["Host"] for s in priorities if s["Score"] == 10]
+    assert best["FailedAndUnresolvableNodes"] == feasible["FailedAndUnresolvableNodes"]
     assert 0 < len(best["NodeNames"]) < len(feasible["NodeNames"])
     assert best["FailedNodes"] == feasible["FailedNodes"]
     assert best["FailedAndUnresolvableNodes"] == feasible["FailedAndUnresolvableNodes"]
@@ -446,3 +449,45 @@ def test_failed_node_maps_are_reused_only_for_exactly_the_same_failures() -> Non
     assert third["FailedAndUnresolvableNodes"] == too_small
     assert third["FailedNodes"] == {"g1": "Insufficient nvidia.com/gpu"}  # evicting x would make room
     assert third["NodeNames"] == [n for n in names if n not in too_small and n != "g1"]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from([None, 1, 2, 4, 8]), st.integers(0, 8), st.sampled_from(["4", "32"])),
+        min_size=1,
+        max_size=12,
+    ),
+    st.integers(0, 4),
+    st.integers(0, 40),
+)
+def test_best_scored_answer_is_the_top_of_prioritize_over_the_feasible_nodes(
+    nodes: list[tuple[int | None, int, str]], gpus: int, unknown: int
+) -> None:
+    """With the shipped plugins, cpu and memory managed too (as the simulator has them), however many
+    candidates fail (short of GPUs or cpu, or unknown names, so that the nodes that pass are now
+    most, now few of the candidates), /filter keeps exactly the nodes /prioritize would give 10
+    among those a Feasible filter passes. (A node short of cpu can score highest: ScarceResourceAvoidance
+    likes a CPU-only node for a CPU pod.)"""
+    from tests.e2e.controlplane import extender_config
+
+    objs = [node_obj(f"n{i}", cpu=cpu, gpus=total) for i, (total, _, cpu) in enumerate(nodes)]
+    running = [
+        pod_obj(f"r{i}", gpus=min(used, total or 0), node=f"n{i}")
+        for i, (total, used, _) in enumerate(nodes)
+        if used and total
+    ]
+    names = [f"n{i}" for i in range(len(nodes))] + [f"gone-{i}" for i in range(unknown)]
+    pod = pod_obj("p", gpus=gpus, cpu="8")
+    answers = {}
+    for mode in ("Feasible", "BestScored"):
+        config = {**extender_config(), "filterReturns": mode, "managedResources": ["nvidia.com/gpu", "cpu", "memory"]}
+        service = make_service(objs, running, config)
+        answers[mode] = (_filter(service, pod, names), service)
+    (feasible, service), (best, _) = answers["Feasible"], answers["BestScored"]
+    if len(feasible["NodeNames"]) <= 1:
+        assert best["NodeNames"] == feasible["NodeNames"]
+        return
+    priorities = json.loads(wire.encode(service.prioritize(filter_body(pod, feasible["NodeNames"]))))
+    assert best["NodeNames"] == [s["Host"] for s in priorities if s["Score"] == 10]
+    assert best["FailedAndUnresolvableNodes"] == feasible["FailedAndUnresolvableNodes"]
