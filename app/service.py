@@ -1,8 +1,8 @@
 """The extender verbs over the cache and the scheduling profile, independent of the HTTP framework.
 
 Filter and prioritize are pure reads of the cache; bind (``app.bind``) is the only verb that writes
-(the assume ledger, then the API). Everything between two awaits runs atomically on the event loop, so the fit
-re-check and the assumption in bind cannot interleave with another bind or filter.
+(the assume ledger, then the API). Everything between two awaits runs atomically on the event loop,
+so the fit re-check and the assumption in bind cannot interleave with another bind or filter.
 """
 
 from __future__ import annotations
