@@ -17,7 +17,9 @@ CPU-only), then in each round, one after the other on the same cluster:
   or an HTTP client library (a check that the floor is itself as cheap as the protocol allows);
 * with ``--extra-phase extender-null-filter``, the shipped extender whose /filter answers the first
   candidate without scoring (``bench.extender_null_filter``): its HTTP server, watches, /bind and
-  bookkeeping alone, between the null extenders and the shipped extender.
+  bookkeeping alone, between the null extenders and the shipped extender; with ``extender-unscored``
+  the shipped extender whose /filter does all its work but keeps the first node that passes instead
+  of scoring them (``bench.extender_unscored``): the most any cheaper scoring could reach.
 
 Each round also prints the ratio a zero-cost extender could reach when the cores are the limit:
 every process's CPU seconds per pod in the baseline over those of the extender phase without the
@@ -66,6 +68,7 @@ import yaml
 from bench import apiserver_work
 from bench.plane import GPU, add_nodes, bulk, cpu_seconds
 from bench.pprof import SCHEDULER_FLAGS, capture
+from bench.throughput_report import null_ratios
 from bench.verb_latency import verb_latencies
 from tests.e2e.api import pod_manifest
 from tests.e2e.binaries import REPO, locate_binaries
@@ -239,8 +242,14 @@ EXTRA_PHASES = (
     "extender-null",
     "extender-null-raw",
     "extender-null-filter",
+    "extender-unscored",
 )
 NULL_EXTENDERS = {"extender-null": "bench.null_extender", "extender-null-raw": "bench.null_raw"}
+# Phases that run the extender with one verb replaced (the module's docstring says which).
+EXTENDER_MODULES = {
+    "extender-null-filter": "bench.extender_null_filter",
+    "extender-unscored": "bench.extender_unscored",
+}
 
 
 def start_null_extender(plane: ControlPlane, module: str) -> Extender:
@@ -316,7 +325,9 @@ def main(argv: list[str] | None = None) -> int:
         "configuration with filterReturns: Feasible; the shipped configuration with filterFailures: Always; "
         "kube-scheduler with the shipped profile behind bench.null_extender (passes the first candidate, binds); "
         "the same behind bench.null_raw, a second null extender without web framework or HTTP client library; "
-        "the shipped extender with a null /filter (bench.extender_null_filter: its machinery without scoring)",
+        "the shipped extender with a null /filter (bench.extender_null_filter: its machinery without scoring); "
+        "the shipped extender whose /filter keeps the first node that passes instead of the best scored "
+        "(bench.extender_unscored: the bound for any scoring speed-up)",
     )
     parser.add_argument(
         "--pprof",
@@ -368,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
                     if null:
                         extender = start_null_extender(plane, null)
                     else:
-                        module = "bench.extender_null_filter" if name == "extender-null-filter" else "app.cli"
+                        module = EXTENDER_MODULES.get(name, "app.cli")
                         extender = plane.start_extender(config, module=module)
                     edit = _sampled if name == "extender-sampled" else None
                     go_env = {} if name == "extender-go-defaults" else None  # None: deploy/'s GOGC, GOMEMLIMIT
@@ -459,28 +470,11 @@ def report(results: dict[str, Any]) -> None:
             if verb in verbs:
                 v = verbs[verb]
                 print(f"| {verb} | {int(v['count'])} | {v['mean_ms']:.2f} | {v['p50_ms']:.2f} | {v['p99_ms']:.2f} |")
-    for line in null_ratios(results["rounds"]):
+    for line in null_ratios(results["rounds"], NULL_EXTENDERS):
         print(line)
     for key in ("packing", "fill"):
         if key in results:
             print(f"\n{key}: {results[key]}")
-
-
-NULL_TARGET = 0.9  # the extender phase against a null extender's, in every round
-
-
-def null_ratios(rounds: list[dict[str, Any]]) -> list[str]:
-    """Per null extender phase run: the extender phase's pods/s over it in each round, and whether
-    every round reaches ``NULL_TARGET``."""
-    lines = []
-    for name in NULL_EXTENDERS:
-        if not rounds or any(name not in r for r in rounds):
-            continue
-        ratios = [r["extender"]["pods_per_second"] / max(r[name]["pods_per_second"], 1e-9) for r in rounds]
-        verdict = "met" if all(ratio >= NULL_TARGET for ratio in ratios) else "missed"
-        shown = " / ".join(f"{ratio:.2f}" for ratio in ratios)
-        lines.append(f"extender / {name}: {shown} (target {NULL_TARGET} in every round: {verdict})")
-    return ["", *lines] if lines else []
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.throughput import NULL_TARGET, null_ratios
+from bench.throughput import NULL_EXTENDERS
+from bench.throughput_report import NULL_TARGET, null_ratios
 
 
 def _round(extender: float, **nulls: float) -> dict[str, Any]:
@@ -15,16 +16,25 @@ def _round(extender: float, **nulls: float) -> dict[str, Any]:
 
 def test_each_null_phase_gets_its_ratios_and_a_verdict_over_every_round() -> None:
     rounds = [_round(95.0, extender_null=100.0, extender_null_raw=190.0), _round(99.0, extender_null=110.0)]
-    lines = null_ratios(rounds)
+    lines = null_ratios(rounds, NULL_EXTENDERS)
     # the raw null ran in one round only: no verdict for it
     assert lines == ["", f"extender / extender-null: 0.95 / 0.90 (target {NULL_TARGET} in every round: met)"]
 
 
 def test_one_round_below_the_target_misses_it() -> None:
     rounds = [_round(95.0, extender_null=100.0), _round(80.0, extender_null=100.0)]
-    assert null_ratios(rounds)[-1].endswith("0.95 / 0.80 (target 0.9 in every round: missed)")
+    assert null_ratios(rounds, NULL_EXTENDERS)[-1].endswith("0.95 / 0.80 (target 0.9 in every round: missed)")
 
 
 def test_without_a_null_phase_nothing_is_said() -> None:
-    assert null_ratios([_round(95.0)]) == []
-    assert null_ratios([]) == []
+    assert null_ratios([_round(95.0)], NULL_EXTENDERS) == []
+    assert null_ratios([], NULL_EXTENDERS) == []
+
+
+def test_an_unscored_phase_in_every_round_gets_its_bound_beside_each_verdict() -> None:
+    rounds = [_round(80.0, extender_null=100.0, extender_unscored=88.0), _round(70.0, extender_null=100.0)]
+    assert len(null_ratios(rounds, NULL_EXTENDERS)) == 2  # not in every round: no bound
+    rounds[1]["extender-unscored"] = {"pods_per_second": 85.0}
+    lines = null_ratios(rounds, NULL_EXTENDERS)
+    assert lines[1].endswith("0.80 / 0.70 (target 0.9 in every round: missed)")
+    assert lines[2] == "extender-unscored / extender-null: 0.88 / 0.85 (no scoring: what no cheaper scoring can exceed)"
