@@ -300,9 +300,10 @@ class ScorePlugin(Protocol):
 
 
 class RowScorer(Protocol):
-    """A Score plugin whose batch score of a node depends only on the node's table row and a key
-    derived from the pod (``scoring.row_memo``). ``scoring.profile`` then memoises the profile's
-    combined score per row, calling ``score_rows`` only for the rows written since."""
+    """A Score plugin whose batch score of a node depends only on the node's table row (its
+    resources: not its name or labels) and a key derived from the pod (``scoring.row_memo``).
+    ``scoring.profile`` then memoises the profile's combined score per row, calling ``score_rows``
+    only for rows written since into a state the key has not met."""
 
     def row_key(self, pod: PodInfo) -> Hashable: ...
 

@@ -20,6 +20,7 @@ import numpy.typing as npt
 
 from scoring.framework import MAX_NODE_DEVICES, MILLI_DEVICES, NodeInfo
 from scoring.resources import CPU, MEMORY, PodResources
+from scoring.row_shapes import RowShapes
 
 __all__ = ["EXACT_LIMIT", "MAX_TYPE_BITS", "Batch", "NodeTable"]
 
@@ -186,7 +187,7 @@ def _read_only(values: Int64Array) -> Int64Array:
 
 
 class NodeTable:
-    def __init__(self, capacity: int = 1024) -> None:
+    def __init__(self, capacity: int = 1024, shape_limit: int | None = None) -> None:
         self._capacity = capacity
         self.index: dict[str, int] = {}
         self._free_rows: list[int] = []
@@ -207,6 +208,9 @@ class NodeTable:
         # holds the same values, so per-row results can be memoised (``scoring.row_memo``).
         self.stamps: Int64Array = self._column()
         self._stamp = 0
+        # Per row, the id of its content: a row written into a state seen before (on any node) has
+        # the same id, and memoised results are looked up by it (``scoring.row_memo``).
+        self.shapes = RowShapes(capacity, shape_limit)
         self.type_bits: dict[str, int] = {}
         self.type_overflow = False
         self.exact = True
@@ -253,6 +257,7 @@ class NodeTable:
         stamps = np.zeros(self._capacity, dtype=np.int64)
         stamps[: len(self.stamps)] = self.stamps
         self.stamps = stamps
+        self.shapes.grow(self._capacity)
 
     def _row(self, name: str) -> int:
         row = self.index.get(name)
@@ -351,6 +356,7 @@ class NodeTable:
             if bit is not None:
                 mask |= 1 << bit
         self.types[row] = mask
+        self.shapes.set(row, node)
         if self.labels[row] is not node.labels and self.labels[row] != node.labels:
             self._labels_version += 1
         self.labels[row] = node.labels
@@ -363,6 +369,7 @@ class NodeTable:
             self._stamp += 1
             self._labels_version += 1
             self.labels[row] = {}
+            self.shapes.clear(row)
 
     def label_codes(self, key: str) -> tuple[Int64Array, tuple[str, ...]]:
         """Per row, the index of the node's value of label ``key`` in the returned values (sorted),

@@ -62,6 +62,35 @@ def test_unchanged_rows_are_read_back_and_written_rows_computed_again() -> None:
     assert compute.rows == 7  # another key: its own values
 
 
+def test_a_row_written_into_a_state_another_node_was_in_is_not_computed_again() -> None:
+    table = table_of(cpu_node("a", 8000), cpu_node("b", 8000, used=1000), cpu_node("c", 8000, used=3000))
+    memo, compute = RowMemo(), Counting()
+    assert memo.get("k", table.batch(["a", "b", "c"]), compute).tolist() == [8000, 7000, 5000]  # type: ignore[arg-type]
+    assert compute.rows == 3
+    table.upsert(cpu_node("a", 8000, used=1000))  # b's state (another name, other labels)
+    table.upsert(cpu_node("c", 8000, used=2000))  # a state no node was in
+    assert memo.get("k", table.batch(["a", "b", "c"]), compute).tolist() == [7000, 7000, 6000]  # type: ignore[arg-type]
+    assert compute.rows == 4  # c only: a's result is b's
+    assert memo.get("other", table.batch(["a"]), compute).tolist() == [7000]  # type: ignore[arg-type]
+    assert compute.rows == 5  # each key its own results
+
+
+def test_states_numbered_again_past_the_limit_keep_equal_rows_equal_and_unequal_apart() -> None:
+    table = NodeTable(capacity=2, shape_limit=3)
+    for used in range(6):  # six states through one node: past the limit, numbered again
+        table.upsert(cpu_node("a", 8000, used=used))
+    table.upsert(cpu_node("b", 8000, used=5))
+    table.upsert(cpu_node("c", 8000, used=1))
+    ids = table.shapes.ids
+    a, b, c = (int(ids[table.index[name]]) for name in "abc")
+    assert a == b != c and table.shapes.epoch >= 1 and 0 not in (a, c)
+    memo, compute = RowMemo(), Counting()
+    assert memo.get("k", table.batch(["a", "b", "c"]), compute).tolist() == [7995, 7995, 7999]  # type: ignore[arg-type]
+    row = table.index["c"]
+    table.remove("c")
+    assert int(table.shapes.ids[row]) == 0  # a free row is in no state
+
+
 def test_unknown_names_discounted_positions_and_other_tables_are_never_kept() -> None:
     table = table_of(cpu_node("a", 8000), cpu_node("b", 4000))
     memo, compute = RowMemo(), Counting()
@@ -103,7 +132,7 @@ def test_memoised_plugins_follow_every_update(pod: PodInfo, updates: list[tuple[
 def _follows_every_update(
     plugin: GpuFragmentation | BestFit | GpuCpuBalance, pod: PodInfo, updates: list[tuple[int, NodeInfo]]
 ) -> None:
-    table: NodeTable = NodeTable(capacity=2)
+    table: NodeTable = NodeTable(capacity=2, shape_limit=4)  # states numbered again now and then
     nodes: dict[str, NodeInfo] = {}
     for index, node in updates:
         nodes[f"n{index}"] = replace(node, name=f"n{index}")
@@ -153,7 +182,7 @@ def test_memoised_profile_follows_every_update(
             ScorePluginSpec(ScarceResourceAvoidance(ScarceResourceAvoidanceArgs.parse({"resources": [GPU]})), 20),
         ],
     )
-    table: NodeTable = NodeTable(capacity=2)
+    table: NodeTable = NodeTable(capacity=2, shape_limit=4)  # states numbered again now and then
     nodes: dict[str, NodeInfo] = {}
     for step, (index, node) in enumerate(updates):
         nodes[f"n{index}"] = replace(node, name=f"n{index}")
