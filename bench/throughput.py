@@ -68,7 +68,7 @@ import yaml
 from bench import apiserver_work
 from bench.plane import GPU, add_nodes, bulk, cpu_seconds
 from bench.pprof import SCHEDULER_FLAGS, capture
-from bench.throughput_report import null_ratios
+from bench.throughput_report import UNSCORED, null_ratios
 from bench.verb_latency import verb_latencies
 from tests.e2e.api import pod_manifest
 from tests.e2e.binaries import REPO, locate_binaries
@@ -242,13 +242,13 @@ EXTRA_PHASES = (
     "extender-null",
     "extender-null-raw",
     "extender-null-filter",
-    "extender-unscored",
+    UNSCORED,
 )
 NULL_EXTENDERS = {"extender-null": "bench.null_extender", "extender-null-raw": "bench.null_raw"}
 # Phases that run the extender with one verb replaced (the module's docstring says which).
 EXTENDER_MODULES = {
     "extender-null-filter": "bench.extender_null_filter",
-    "extender-unscored": "bench.extender_unscored",
+    UNSCORED: "bench.extender_unscored",
 }
 
 
