@@ -198,6 +198,9 @@ class _GoExtenderArgs(msgspec.Struct):
 _decoder_go_args = msgspec.json.Decoder(_GoExtenderArgs)
 
 
+_node_list_items = go_layout.NodeListItems(RequestNode)
+
+
 def _request_node(raw: msgspec.Raw, index: int) -> RequestNode:
     name = go_layout.node_name(raw)
     if name is not None:
@@ -211,7 +214,7 @@ def _request_node(raw: msgspec.Raw, index: int) -> RequestNode:
 
 def _go_node_list(body: bytes) -> ExtenderArgs | None:
     """A NodeList-mode body in exactly Go's layout, its nodes echoed as received (app/http/go_layout.py)."""
-    split = go_layout.split_node_list(body, RequestNode)
+    split = _node_list_items.split(body)
     return None if split is None else ExtenderArgs(split[0], nodes=split[1])
 
 

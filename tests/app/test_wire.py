@@ -145,6 +145,77 @@ def test_go_node_lists_split_without_decoding_match_the_full_decode(nodes: list[
     assert [n.allocatable for n in fast.nodes] == [{"cpu": "4"}] * len(nodes)
 
 
+def _node_list_body(nodes: list[Any]) -> bytes:
+    return msgspec.json.encode(
+        {"Pod": {"metadata": {"name": "p"}}, "Nodes": {"metadata": {}, "items": nodes}, "NodeNames": None}
+    )
+
+
+@given(
+    st.lists(_nodes, max_size=6),
+    st.lists(st.tuples(st.integers(0, 5), st.sampled_from(["keep", "change", "drop"])), max_size=6),
+)
+def test_node_list_items_remembered_from_the_last_body_split_as_a_fresh_scan_does(
+    nodes: list[Any], edits: list[tuple[int, str]]
+) -> None:
+    """The second of two bodies splits into exactly what a splitter that remembers nothing gives;
+    an item with the same bytes as last time is the same object, a changed one a new object."""
+    second = [dict(node) for node in nodes]
+    for index, edit in edits:
+        if index < len(second) and edit == "change":
+            second[index] = {**second[index], "spec": {"unschedulable": True}}
+        elif index < len(second) and edit == "drop":
+            del second[index]
+    second.reverse()
+    remembering = go_layout.NodeListItems(wire.RequestNode)
+    first_split = remembering.split(_node_list_body(nodes))
+    again = remembering.split(_node_list_body(second))
+    fresh = go_layout.NodeListItems(wire.RequestNode).split(_node_list_body(second))
+    assert first_split is not None and again is not None and fresh is not None
+    assert [(n.name, bytes(n.raw)) for n in again[1]] == [(n.name, bytes(n.raw)) for n in fresh[1]]
+    before = {n.name: n for n in first_split[1]}
+    for node in again[1]:
+        if node.name in before:
+            assert (node is before[node.name]) == (bytes(node.raw) == bytes(before[node.name].raw))
+
+
+def _versioned(name: str, version: str, spec: Any) -> dict[str, Any]:
+    return {"metadata": {"name": name, "uid": f"uid-{name}", "resourceVersion": version}, "spec": spec}
+
+
+def test_an_item_is_the_last_one_of_its_name_by_resource_version_and_length() -> None:
+    """With a resourceVersion, an item that begins as last time's did and ends where it ended is that
+    item (the same object); a new resourceVersion or a different length is split and made again."""
+    items = go_layout.NodeListItems(wire.RequestNode)
+    nodes = [_versioned("a", "7", {"x": 1}), _versioned("b", "8", {})]
+    first = items.split(_node_list_body(nodes))
+    same = items.split(_node_list_body(nodes))
+    assert first is not None and same is not None
+    assert same[1][0] is first[1][0] and same[1][1] is first[1][1]
+    # The API server never sends other content under one resourceVersion: the rest is not read.
+    unread = items.split(_node_list_body([_versioned("a", "7", {"x": 2}), nodes[1]]))
+    assert unread is not None and unread[1][0] is first[1][0]
+    renewed = items.split(_node_list_body([_versioned("a", "9", {"x": 1}), _versioned("b", "8", {"y": [1, 2]})]))
+    assert renewed is not None
+    assert [bytes(n.raw) for n in renewed[1]] == [
+        msgspec.json.encode(_versioned("a", "9", {"x": 1})),
+        msgspec.json.encode(_versioned("b", "8", {"y": [1, 2]})),
+    ]
+    assert renewed[1][0] is not first[1][0] and renewed[1][1] is not first[1][1]
+
+
+def test_a_remembered_item_followed_by_no_seam_is_split_where_the_scan_splits() -> None:
+    """The bytes of last time's item at the start of a longer item are not taken for that item."""
+    items = go_layout.NodeListItems(wire.RequestNode)
+    head = b'{"Pod":{},"Nodes":{"metadata":{},"items":['
+    assert items.split(head + b'{"metadata":{"name":"a"}}' + go_layout.NODES_CLOSE) is not None
+    split = items.split(head + b'{"metadata":{"name":"a"}},{"kind":"Node"}' + go_layout.NODES_CLOSE)
+    assert split is not None
+    assert [(n.name, bytes(n.raw)) for n in split[1]] == [("a", b'{"metadata":{"name":"a"}},{"kind":"Node"}')]
+    again = items.split(head + b'{"metadata":{"name":"a"}},{"metadata":{"name":"b"}}' + go_layout.NODES_CLOSE)
+    assert again is not None and [n.name for n in again[1]] == ["a", "b"]
+
+
 @pytest.mark.parametrize(
     "body",
     [
