@@ -8,7 +8,9 @@ uvicorn's httptools protocol (``CoalescingHttpToolsProtocol``: one write per res
 recognises a POST to a verb path when its headers are parsed, collects the body itself, and answers
 as soon as the body is complete: in the same turn of the event loop when the answer is ready
 (filter, prioritize, preempt), from a task when it must wait (bind; a filter that waits for the
-cache). The answer is the same bytes the ASGI route sends (``ExtenderVerbs.answer``); everything else
+cache). A body with a Content-Length is taken past the HTTP parser once its headers are parsed (the
+parser copies every chunk it hands on, and a NodeList body is 10 MB); the connection's next request
+gets a new parser. The answer is the same bytes the ASGI route sends (``ExtenderVerbs.answer``); everything else
 (an ``Expect: 100-continue``, an upgrade, every other path) goes through ASGI as before.
 
 Keep-alive, graceful shutdown (uvicorn waits for the verb's task and closes the connection after its
@@ -20,9 +22,12 @@ through ASGI, which queues it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import time
 from typing import Any
+
+import httptools
 
 from app.http.coalesce import CoalescingHttpToolsProtocol
 from app.http.server import ExtenderVerbs, Verb
@@ -59,6 +64,7 @@ class _VerbCycle:
         self.chunks: list[bytes] = []
         self.size = 0
         self.declared = 0  # a Content-Length over the limit
+        self.missing = 0  # bytes of a declared body not yet received, read past the HTTP parser
         self.response_complete = False
         self.disconnected = False
         self.message_event = _UNWATCHED
@@ -96,10 +102,44 @@ class VerbHttpProtocol(CoalescingHttpToolsProtocol):
             return
         keep_alive = self.parser.get_http_version() != "1.0" and self.parser.should_keep_alive()
         cycle = _VerbCycle(verb, keep_alive, self.verbs.limit)
+        length, chunked = 0, False
         for name, value in self.headers:
-            if name == b"content-length" and value.isdigit() and int(value) > cycle.limit:
-                cycle.declared = int(value)  # refused once complete, without buffering it
+            if name == b"content-length" and value.isdigit():
+                length = int(value)
+            elif name == b"transfer-encoding":
+                chunked = True
+        if length > cycle.limit:
+            cycle.declared = length  # refused once complete, without buffering it
+        elif not chunked:
+            cycle.missing = length
         self.cycle = cycle  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        cycle = self.cycle
+        if isinstance(cycle, _VerbCycle) and cycle.missing:
+            self._body_received(cycle, data)
+        else:
+            super().data_received(data)
+
+    def _body_received(self, cycle: _VerbCycle, data: bytes) -> None:
+        """The rest of a verb's body, taken as it arrives: the HTTP parser would hand each chunk on as
+        a copy (a NodeList body is 10 MB). Once the body is complete the parser, still inside it, is
+        replaced by a new one for the connection's next request."""
+        self._unset_keepalive_if_required()
+        rest = b""
+        if len(data) > cycle.missing:
+            data, rest = data[: cycle.missing], data[cycle.missing :]
+        cycle.chunks.append(data)
+        cycle.size += len(data)
+        cycle.missing -= len(data)
+        if cycle.missing:
+            return
+        self.parser = httptools.HttpRequestParser(self)
+        with contextlib.suppress(AttributeError):  # as uvicorn sets its parser up (httptools >= 0.6.3)
+            self.parser.set_dangerous_leniencies(lenient_data_after_close=True)
+        self._run(cycle)
+        if rest:
+            super().data_received(rest)
 
     def on_body(self, body: bytes) -> None:
         cycle = self.cycle
@@ -107,6 +147,7 @@ class VerbHttpProtocol(CoalescingHttpToolsProtocol):
             super().on_body(body)
             return
         cycle.size += len(body)
+        cycle.missing -= min(cycle.missing, len(body))
         # Read whole (the limit bounds it); past the limit, only counted.
         if cycle.size <= cycle.limit and not cycle.declared:
             cycle.chunks.append(body)

@@ -183,3 +183,40 @@ def test_one_write_per_answer_and_a_lost_connection_mid_bind_writes_nothing() ->
     assert len(kept) == 2 and all(w.startswith(b"HTTP/1.1 200 OK") for w in kept)
     assert lost == []  # nothing written to a connection that is gone
     assert service.cache.pods[pod["metadata"]["uid"]].node_name == "g1"  # the bind itself completed
+
+
+@pytest.mark.parametrize("piece", [1, 7, 4096])
+def test_a_body_arriving_in_pieces_is_answered_and_the_connection_parses_what_follows(piece: int) -> None:
+    """A verb's body taken in pieces past the HTTP parser: each answer is the one its whole body
+    gets, a request glued to the end of a body is parsed by the next parser, and so is the next one."""
+    service = make_service(NODES)
+    app = create_app(service)
+    config = uvicorn.Config(app, log_config=None)
+    config.load()
+    for pod in (pod_obj("a", gpus=1), pod_obj("b", gpus=2)):  # known: filter answers at once
+        service.cache.upsert_pod(service.pod_info(json.dumps(pod).encode()))
+    one, two = filter_body(pod_obj("a", gpus=1), ["g1", "g2"]), filter_body(pod_obj("b", gpus=2), ["g2"])
+    stream = _request("/filter", one) + _request("/prioritize", two) + _request("/filter", two)
+    stream += _request("/healthz", b"", method="GET")
+
+    async def exchange() -> list[bytes]:
+        loop = asyncio.get_running_loop()
+        transport = RecordingTransport()
+        protocol = verb_protocol(app)(config, ServerState(), {}, _loop=loop)
+        protocol.connection_made(transport)
+        for start in range(0, len(stream), piece):
+            protocol.data_received(stream[start : start + piece])
+            await asyncio.sleep(0)
+        for _ in range(100):  # the ASGI route (healthz) answers from a task
+            if sum(w.count(b"HTTP/1.1 200 OK") for w in transport.writes) == 4:
+                break
+            await asyncio.sleep(0)
+        protocol.connection_lost(None)
+        return transport.writes
+
+    answers = [part.partition(b"\r\n\r\n")[2] for part in b"".join(asyncio.run(exchange())).split(b"HTTP/1.1 ")[1:]]
+    assert len(answers) == 4
+    assert set(json.loads(answers[0])["NodeNames"]) == {"g1", "g2"}
+    assert [host["Host"] for host in json.loads(answers[1])] == ["g2"]
+    assert json.loads(answers[2])["NodeNames"] == ["g2"]
+    assert json.loads(answers[3]) == {"status": "ok"}
