@@ -1,6 +1,8 @@
 """Answers assembled from prebuilt bytes: the node table keeps each node's name as a JSON key and as
 the start of its HostPriority, so a 15,000-node answer is one join, with no dict or bytes object
-built per node and no name encoded again."""
+built per node and no name encoded again. A long HostPriorityList asked for again (kube-scheduler
+sends the same candidates request after request) is the last answer for those hosts with its
+scores rewritten in place."""
 
 from __future__ import annotations
 
@@ -15,8 +17,41 @@ __all__ = ["host_priority_raw", "node_reasons_raw"]
 _encode = msgspec.json.Encoder().encode
 
 # What closes a prebuilt '{"Host":...,"Score":' for each score 0..10, and the comma before the next
-# (an object array: a score array picks its tails in one indexing, not one call per node).
-_SCORE_TAIL = np.array([f"{score}}},".encode() for score in range(11)], dtype=object)
+# (an object array: a score array picks its tails in one indexing, not one call per node). Every
+# score takes two characters, a single digit after a space (JSON allows it), so that an answer's
+# scores can be rewritten in place.
+_SCORE_TAIL = np.array([f"{score:>2}}},".encode() for score in range(11)], dtype=object)
+_TENS = np.frombuffer(b"".join(f"{score:>2}".encode()[:1] for score in range(11)), dtype=np.uint8)
+_ONES = np.frombuffer(b"".join(f"{score:>2}".encode()[1:] for score in range(11)), dtype=np.uint8)
+# Lists this long are kept for rewriting (below it a join costs less than keeping them).
+_REWRITE_MIN = 256
+_REWRITE_KEPT = 4
+
+
+class _Rewritable:
+    """The last answer for one hosts list (kept by identity: the node table hands back the same list
+    for the same candidates), and where each score's two characters are, found on first reuse."""
+
+    __slots__ = ("answer", "hosts", "slots")
+
+    def __init__(self, hosts: Sequence[bytes], answer: bytes) -> None:
+        self.hosts = hosts
+        self.answer = answer
+        self.slots: npt.NDArray[np.intp] | None = None
+
+    def rewritten(self, scores: npt.NDArray[np.intp]) -> bytearray:
+        if self.slots is None:
+            # Entry i is its host prefix, then two score characters and "}," (or "}]"): 4 bytes.
+            ends = np.cumsum(np.fromiter(map(len, self.hosts), np.intp, len(self.hosts)) + 4)
+            self.slots = ends - 3  # after the "[" and the entry's prefix
+        answer = bytearray(self.answer)
+        view = np.frombuffer(answer, dtype=np.uint8)
+        view[self.slots] = _TENS[scores]
+        view[self.slots + 1] = _ONES[scores]
+        return answer
+
+
+_rewritable: list[_Rewritable] = []  # most recent first
 
 
 def _joined(heads: Sequence[bytes], tails: Iterable[bytes], opening: bytes, closing: bytes) -> bytes:
@@ -40,8 +75,17 @@ def host_priority_raw(hosts: Sequence[bytes], scores: Sequence[int] | npt.NDArra
     at = np.asarray(scores, dtype=np.intp)
     if at.min() < 0 or at.max() > 10:
         raise ValueError(f"scores must be 0..10, not {int(at.min())}..{int(at.max())}")
+    if len(hosts) >= _REWRITE_MIN:
+        for index, kept in enumerate(_rewritable):
+            if kept.hosts is hosts:
+                if index:
+                    _rewritable.insert(0, _rewritable.pop(index))
+                return msgspec.Raw(kept.rewritten(at))
     tails: list[bytes] = _SCORE_TAIL[at].tolist()
-    return msgspec.Raw(_joined(hosts, tails, b"[", b"]"))
+    answer = _joined(hosts, tails, b"[", b"]")
+    if len(hosts) >= _REWRITE_MIN:
+        _rewritable[:] = [_Rewritable(hosts, answer), *_rewritable][:_REWRITE_KEPT]
+    return msgspec.Raw(answer)
 
 
 def node_reasons_raw(keys: Iterable[bytes], reasons: Sequence[str], reason_index: Iterable[int]) -> msgspec.Raw:

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -185,11 +186,12 @@ class ExtenderVerbs:
         self.service.metrics.results.labels(verb.name, "too-large").inc()
         return verb.on_error(message)
 
-    def answer(self, verb: Verb, result: Any, started: float, read: float) -> tuple[bytes, bytes]:
+    def answer(self, verb: Verb, result: Any, started: float, read: float) -> tuple[bytes | memoryview, bytes]:
         """The answer's JSON and its Server-Timing header value (W3C: the whole handler, body read
         through answer encoded, and reading the body), for clients and benchmarks that want the
-        server's share of a round trip; the verb's latency is observed."""
-        payload = wire.encode(result)
+        server's share of a round trip; the verb's latency is observed. An answer the verb built as
+        bytes already (``msgspec.Raw``, a long HostPriorityList) is sent as it is, not copied."""
+        payload = memoryview(result) if isinstance(result, msgspec.Raw) else wire.encode(result)
         elapsed = time.perf_counter() - started
         self._seconds[verb.name].observe(elapsed)
         return payload, b"extender;dur=%.3f, read;dur=%.3f" % (elapsed * 1000, (read - started) * 1000)
@@ -239,7 +241,7 @@ async def _receive_body(scope: Scope, receive: Receive, limit: int) -> bytes:
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-async def _send_json(send: Send, payload: bytes, *extra: tuple[bytes, bytes]) -> None:
+async def _send_json(send: Send, payload: bytes | memoryview, *extra: tuple[bytes, bytes]) -> None:
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()), *extra]
     await send({"type": "http.response.start", "status": 200, "headers": headers})
-    await send({"type": "http.response.body", "body": payload})
+    await send({"type": "http.response.body", "body": bytes(payload)})

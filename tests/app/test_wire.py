@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from unittest import mock
 
 import msgspec
 import numpy as np
@@ -11,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.http import go_layout, wire
+from app.http import answers, go_layout, wire
 from tests.conftest import filter_body, make_service, node_obj, pod_obj
 
 
@@ -81,13 +82,29 @@ def test_preempt_victims_that_are_not_pod_objects_are_a_wire_error(victim: objec
 
 @given(st.lists(st.tuples(st.text(min_size=1, max_size=20), st.integers(min_value=0, max_value=10)), max_size=30))
 def test_host_priority_raw_is_the_host_priority_list(entries: list[tuple[str, int]]) -> None:
-    """The prebuilt answer is byte for byte what encoding the HostPriorityList gives."""
+    """The prebuilt answer decodes to the HostPriorityList (each score in two characters)."""
     prefixes = [b'{"Host":' + json.dumps(name).encode() + b',"Score":' for name, _ in entries]
     scores = [score for _, score in entries]
     names = [name for name, _ in entries]
     raw = wire.host_priority_raw(prefixes, scores)
     assert json.loads(bytes(raw)) == json.loads(wire.encode(wire.host_priority_list(names, scores)))
     assert bytes(wire.host_priority_raw(prefixes, np.array(scores, dtype=np.int64))) == bytes(raw)  # as the verb passes
+
+
+@given(st.data(), st.lists(st.text(min_size=1, max_size=12), min_size=1, max_size=20))
+def test_a_long_host_priority_list_asked_for_again_is_rewritten_in_place(data: Any, names: list[str]) -> None:
+    """The same hosts list (by identity) with new scores: the kept answer with its scores rewritten,
+    the very bytes a new join gives; a list of equal content but another object is joined anew."""
+    prefixes = [b'{"Host":' + json.dumps(name).encode() + b',"Score":' for name in names]
+    with mock.patch.object(answers, "_REWRITE_MIN", 1):
+        for _ in range(3):
+            scores = np.array(data.draw(st.lists(st.integers(0, 10), min_size=len(names), max_size=len(names))))
+            raw = bytes(wire.host_priority_raw(prefixes, scores))
+            fresh = bytes(wire.host_priority_raw(list(prefixes), scores))
+            assert raw == fresh
+            assert json.loads(raw) == [{"Host": n, "Score": int(v)} for n, v in zip(names, scores, strict=True)]
+        assert any(kept.hosts is prefixes and kept.slots is not None for kept in answers._rewritable)
+        assert len(answers._rewritable) <= answers._REWRITE_KEPT
 
 
 def test_host_priority_raw_refuses_a_score_count_that_does_not_match() -> None:

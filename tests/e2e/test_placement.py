@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from tests.e2e.conftest import GPU, Cluster, Group
-from tests.e2e.controlplane import scheduler_env
+from tests.e2e.controlplane import extender_config, scheduler_env
 
 
 def test_one_gpu_pods_pack_onto_one_node(group: Group) -> None:
@@ -100,3 +101,28 @@ def test_kube_scheduler_runs_with_the_shipped_go_runtime_settings(group: Group) 
     group.node("a")
     group.pod("p", gpus=1)
     assert group.wait_bound("p") == {"p": f"{group.name}-a"}
+
+
+def test_with_every_passing_node_returned_kube_scheduler_takes_the_extenders_best(group: Group) -> None:
+    """``filterReturns: Feasible``: /filter lets both nodes through, so kube-scheduler reads the scores
+    /prioritize answers (10, and a single digit written as " 0"). Its own MostAllocated on GPUs would
+    take the L4 node, which already runs a GPU pod; the extender (GpuModelBalance: keep the models
+    equally free) ranks the idle A100 node first, and kube-scheduler follows it."""
+    config = extender_config()
+    config["filterReturns"] = "Feasible"
+    group.cluster.restart_extender(config)
+    model = "nvidia.com/gpu.product"
+    try:
+        a100 = group.node("a100", labels={model: "A100", "e2e-slot": "a100"})
+        l4 = group.node("l4", labels={model: "L4", "e2e-slot": "l4"})
+        group.pod("hog", gpus=2, node_selector={**group.selector, "e2e-slot": "l4"})
+        assert group.wait_bound("hog") == {"hog": l4}
+        group.pod("next", gpus=1)
+        assert group.wait_bound("next") == {"next": a100}
+        metrics = group.cluster.extender.get("/metrics").text
+        calls = re.search(
+            r'^kube_gpu_extender_request_duration_seconds_count\{verb="prioritize"\} (\S+)$', metrics, re.M
+        )
+        assert calls is not None and float(calls[1]) >= 1, "kube-scheduler never called /prioritize"
+    finally:
+        group.cluster.restart_extender()
