@@ -30,6 +30,7 @@ _NODE_OPEN = b'{"metadata":{"name":"'
 _NODE_NEXT = b'},{"metadata":{"name":"'
 _NODE_NAME_CHARS = re.compile(r"[A-Za-z0-9.\-]+")
 # What follows a Node's name in ObjectMeta's field order when it comes from the API server.
+_ITEMS_KEPT_MIN = 1024  # NodeList items kept at least, whatever the body (NodeListItems)
 _NODE_VERSION = re.compile(rb'","uid":"[0-9A-Za-z\-]{1,64}","resourceVersion":"[0-9]{1,24}"')
 
 # NodeNames mode: the Pod, "Nodes":null, then the names, last.
@@ -87,12 +88,14 @@ class NodeListItems(Generic[T]):
     (and so checks) the Pod.
 
     kube-scheduler sends the same Node objects request after request; one changes when the API
-    server gives it a new resourceVersion. An item that begins as the last body's item of that name
-    began, through its uid and resourceVersion, and has a seam (or the end) where that item ended,
-    is that item: its object is the one made for it last time, found without reading its 10 KB.
-    (Go writes one object's JSON the same way every time; kube-scheduler does not modify nodes.)
-    An item without a resourceVersion is recognised by all its bytes. Only the last body's items are
-    kept, their bytes copied out of the body.
+    server gives it a new resourceVersion. An item that begins as the kept item of that name began,
+    through its uid and resourceVersion, and has a seam (or the end) where that item ended, is that
+    item: its object is the one made for it last time, found without reading its 10 KB. (Go writes
+    one object's JSON the same way every time; kube-scheduler does not modify nodes.) An item
+    without a resourceVersion is recognised by all its bytes. The latest item of every name seen is
+    kept, its bytes copied out of the body (a /prioritize body between two /filter bodies holds only
+    a few of their nodes); once they are more than twice a body's and ``_ITEMS_KEPT_MIN``, only that
+    body's are kept (nodes leave the cluster).
     """
 
     def __init__(self, node: Callable[[str, msgspec.Raw], T]) -> None:
@@ -138,7 +141,9 @@ class NodeListItems(Generic[T]):
             items[name] = entry
             nodes.append(entry[2])
             position = stop + 1  # past the closing brace and the comma (or past the end)
-        self.items = items
+        known.update(items)  # only once the whole body is split
+        if len(known) > max(2 * len(items), _ITEMS_KEPT_MIN):
+            self.items = items
         return body[len(_POD_OPEN) : opening], nodes
 
 

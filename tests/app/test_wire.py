@@ -221,6 +221,20 @@ def test_an_item_is_the_last_one_of_its_name_by_resource_version_and_length() ->
     assert renewed[1][0] is not first[1][0] and renewed[1][1] is not first[1][1]
 
 
+def test_node_list_items_outlive_a_body_of_a_few_of_them_and_are_bounded() -> None:
+    """A /prioritize body of a few nodes between two /filter bodies does not cost the others their
+    kept items; items of names not sent for a while go once there are more than twice a body's."""
+    items = go_layout.NodeListItems(wire.RequestNode)
+    nodes = [_versioned(name, "1", {}) for name in ("a", "b", "c")]
+    first = items.split(_node_list_body(nodes))
+    assert first is not None and items.split(_node_list_body(nodes[1:2])) is not None
+    again = items.split(_node_list_body(nodes))
+    assert again is not None and all(x is y for x, y in zip(first[1], again[1], strict=True))
+    with mock.patch.object(go_layout, "_ITEMS_KEPT_MIN", 2):
+        assert items.split(_node_list_body([_versioned("d", "1", {})])) is not None
+    assert set(items.items) == {"d"}
+
+
 def test_a_remembered_item_followed_by_no_seam_is_split_where_the_scan_splits() -> None:
     """The bytes of last time's item at the start of a longer item are not taken for that item."""
     items = go_layout.NodeListItems(wire.RequestNode)
