@@ -29,8 +29,8 @@ NODES_CLOSE = b']},"NodeNames":null}'
 _NODE_OPEN = b'{"metadata":{"name":"'
 _NODE_NEXT = b'},{"metadata":{"name":"'
 _NODE_NAME_CHARS = re.compile(r"[A-Za-z0-9.\-]+")
-# What follows a Node's name in ObjectMeta's field order when it comes from the API server.
 _ITEMS_KEPT_MIN = 1024  # NodeList items kept at least, whatever the body (NodeListItems)
+# What follows a Node's name in ObjectMeta's field order when it comes from the API server.
 _NODE_VERSION = re.compile(rb'","uid":"[0-9A-Za-z\-]{1,64}","resourceVersion":"[0-9]{1,24}"')
 
 # NodeNames mode: the Pod, "Nodes":null, then the names, last.
@@ -76,7 +76,7 @@ def remember_node_names(encoded: bytes, names: list[str]) -> None:
 
 
 class NodeListItems(Generic[T]):
-    """Splits NodeList-mode bodies, remembering the last body's items (``T`` is what
+    """Splits NodeList-mode bodies, keeping the latest item of each node (``T`` is what
     ``node(name, bytes)`` makes of one).
 
     Scanning 1,000 full Nodes (10 MB) as JSON takes about 5 ms; finding where each one starts takes
