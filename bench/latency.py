@@ -8,8 +8,9 @@ around each call (``p50``/``p99``: body upload, decode, verdicts, encode, downlo
 ``srv p99`` are the server-side percentiles: each verb answer carries ``Server-Timing:
 extender;dur=<ms>``, the handler's time from the request reaching the app through the answer
 encoded. The targets (issue 15) apply to those: 1.5 ms at 5,000 names, 4 ms at 15,000, 10 ms for
-1,000 full Nodes. The ``healthz`` row is the HTTP + client floor every verb pays before the
-extender does any work.
+1,000 full Nodes. The ``healthz`` row is a request through the ASGI app whose handler does nothing;
+``--floor`` adds ``floor`` rows, the same requests against ``bench.latency_floor``, which only sends
+back the extender's answers: what the protocol and the client cost at those sizes.
 
 ``--queues`` adds what the issue's queue target is about (50 ClusterQueues in 5 cohorts, 4 weighted
 flavors): nodes get a ``gpu-type`` flavor label, bound GPU pods and the benchmark pods a queue, and
@@ -48,6 +49,7 @@ import yaml
 
 from app.config import ExtenderConfiguration
 from bench.cluster import build_cluster, encode, write_cluster
+from bench.latency_floor import answer_key
 from bench.request_bodies import filter_body_names, filter_body_nodes, pending_pods
 from fairshare.config import KUEUE_QUEUE_LABEL
 from tests.e2e.process import stop_children_on_sigterm
@@ -65,6 +67,7 @@ CLUSTER_QUEUES, COHORTS = 50, 5
 NOMINAL_GPUS = 40  # per queue and flavor: bound pods use 25 on average at 5,000 nodes; the rest is borrowed
 QUEUE_NAMESPACES = ("ml-serve", "ml-train", "shop")  # of the bound GPU pods and the pending pods
 QUEUES_ADDED_TARGET_MS = 5.0
+Case = tuple[str, list[bytes], Callable[[bytes], bool], float | None]  # verb, bodies, answer check, target
 
 
 @dataclass
@@ -341,6 +344,7 @@ class Options:
     client: str
     queues: bool = False
     shipped: bool = False
+    floor: bool = False
 
 
 def run_case(mode: str, n: int, options: Options, workdir: Path) -> list[Row]:
@@ -371,7 +375,7 @@ def run_case(mode: str, n: int, options: Options, workdir: Path) -> list[Row]:
     size_mib, body_kib = snapshot.stat().st_size / 2**20, len(bodies[0]) / 1024
     print(f"[{label} {n}] snapshot {size_mib:.0f} MiB, body {body_kib:.0f} KiB, took {time.monotonic() - began:.1f}s")
     target = target_ms(mode, n, options.queues)
-    cases: list[tuple[str, list[bytes], Callable[[bytes], bool], float | None]] = [
+    cases: list[Case] = [
         ("filter", bodies, check_filter, target),
         ("prioritize", bodies, lambda b: check_prioritize(b, n), target),
         ("healthz", [b""], lambda b: b'"ok"' in b, None),
@@ -399,14 +403,71 @@ def run_case(mode: str, n: int, options: Options, workdir: Path) -> list[Row]:
                 )
                 row = Row(mode, options.queues, n, verb, len(samples), *timing, errors, 0, 0, budget)
                 rows.append(row)
+            answers = extender_answers(client, cases[:2]) if options.floor else {}
         finally:
             client.close()
         rss, hwm = memory_mib(proc.pid)
         for row in rows:
             row.rss_mib, row.hwm_mib = rss, hwm
+    if options.floor:
+        rows.extend(measure_floor(answers, cases[:2], mode, n, options, workdir / f"answers-{label}-{n}.msgpack"))
     snapshot.unlink()
     if config is not None:
         config.unlink()
+    return rows
+
+
+# --------------------------------------------------------------------------- the floor
+
+
+def extender_answers(client: Client, cases: list[Case]) -> dict[str, bytes]:
+    """The extender's answer to each verb's bodies, for the floor server to send back."""
+    return {
+        answer_key(f"/{verb}", len(body)): client.request("POST", f"/{verb}", body)[1]
+        for verb, bodies, _, _ in cases
+        for body in bodies
+    }
+
+
+@contextlib.contextmanager
+def floor_server(answers_file: Path, ready_timeout: float) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """``bench.latency_floor`` in its own process (as the extender is), until the block ends."""
+    port = free_port()
+    command = [sys.executable, "-m", "bench.latency_floor", "--answers", str(answers_file), "--port", str(port)]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        ready = proc.stdout.readline()  # "ready", or b"" when it exited
+        if ready.strip() != b"ready":
+            proc.wait(timeout=ready_timeout)
+            raise RuntimeError(f"the floor server exited with {proc.returncode} before it was ready")
+        yield proc, port
+    finally:
+        stop_process(proc)
+
+
+def measure_floor(
+    answers: dict[str, bytes], cases: list[Case], mode: str, n: int, options: Options, path: Path
+) -> list[Row]:
+    """The verbs again, same bodies and client, against a server that only sends the extender's answers."""
+    path.write_bytes(msgspec.msgpack.encode(answers))
+    rows = []
+    with floor_server(path, options.ready_timeout) as (proc, port):
+        client = CLIENTS[options.client](port)
+        try:
+            for verb, bodies, check, _ in cases:
+                measure(client, f"/{verb}", bodies, options.warmup, check)
+                samples, _, _, _, errors = measure(client, f"/{verb}", bodies, options.requests, check)
+                p50, p99, top = percentile(samples, 50), percentile(samples, 99), samples[-1] / 1e6
+                timing = (p50, p99, top, *[math.nan] * 4)  # no Server-Timing: the floor measures nothing
+                rows.append(Row(f"{mode}-floor", options.queues, n, verb, len(samples), *timing, errors, 0, 0, None))
+        finally:
+            client.close()
+        rss, hwm = memory_mib(proc.pid)
+    for row in rows:
+        row.rss_mib, row.hwm_mib = rss, hwm
+    path.unlink()
     return rows
 
 
@@ -461,12 +522,20 @@ def main(argv: list[str] | None = None) -> int:
         help="serve with deploy/extender-config.yaml's configuration (filterReturns: BestScored, filterFailures: "
         "WhenUnschedulable) instead of the defaults",
     )
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="also time the verbs against bench.latency_floor, a server that only sends back the extender's "
+        "answers: what the protocol and the client cost at these sizes",
+    )
     parser.add_argument("--json", help="also write the rows and the machine to this file")
     args = parser.parse_args(argv)
     stop_children_on_sigterm()  # stopped by its PID, it still stops the extender it started
     if args.queues and args.shipped:
         parser.error("--queues and --shipped are separate configurations: choose one")
-    options = Options(args.requests, args.warmup, args.seed, args.ready_timeout, args.client, args.queues, args.shipped)
+    options = Options(
+        args.requests, args.warmup, args.seed, args.ready_timeout, args.client, args.queues, args.shipped, args.floor
+    )
     plan = [("names", int(s)) for s in args.sizes.split(",") if s.strip()]
     plan += [("nodelist", int(s)) for s in args.nodelist.split(",") if s.strip()]
     load1 = os.getloadavg()[0]
