@@ -41,17 +41,16 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import httpx
 import msgspec
 import yaml
 
-from app.config import ExtenderConfiguration
 from bench.cluster import build_cluster, encode, write_cluster
 from bench.latency_floor import answer_key
+from bench.latency_queues import QUEUES_ADDED_TARGET_MS, label_for_queues, queue_config, queued
 from bench.request_bodies import filter_body_names, filter_body_nodes, pending_pods
-from fairshare.config import KUEUE_QUEUE_LABEL
 from tests.e2e.process import stop_children_on_sigterm
 
 REPO = Path(__file__).resolve().parents[1]
@@ -59,14 +58,6 @@ HEADERS = {"Content-Type": "application/json", "User-Agent": "Go-http-client/1.1
 NODELIST_TARGET_MS_PER_1000 = 10.0
 SERVER_TIMING = re.compile(r"\bextender;dur=([0-9.]+)")
 READ_TIMING = re.compile(r"\bread;dur=([0-9.]+)")
-GPU = "nvidia.com/gpu"
-# --queues: the issue's shape. Weights are KEP-8902 fairSharing.resourceWeights of nvidia.com/gpu.
-FLAVOR_LABEL = "gpu-type"
-FLAVOR_WEIGHTS = {"h100": 8, "a100": 4, "l4": 2, "a10": 1}
-CLUSTER_QUEUES, COHORTS = 50, 5
-NOMINAL_GPUS = 40  # per queue and flavor: bound pods use 25 on average at 5,000 nodes; the rest is borrowed
-QUEUE_NAMESPACES = ("ml-serve", "ml-train", "shop")  # of the bound GPU pods and the pending pods
-QUEUES_ADDED_TARGET_MS = 5.0
 Case = tuple[str, list[bytes], Callable[[bytes], bool], float | None]  # verb, bodies, answer check, target
 
 
@@ -178,57 +169,6 @@ def stop_process(proc: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-
-
-# --------------------------------------------------------------------------- queues
-def label_for_queues(index: int, node: dict[str, Any], pods: list[dict[str, Any]]) -> None:
-    """Flavors round robin over the nodes (allocatable unchanged); bound GPU pods spread over the queues."""
-    node["metadata"]["labels"][FLAVOR_LABEL] = list(FLAVOR_WEIGHTS)[index % len(FLAVOR_WEIGHTS)]
-    for offset, pod in enumerate(pods):
-        if any(GPU in c["resources"]["requests"] for c in pod["spec"]["containers"]):
-            pod["metadata"]["labels"][KUEUE_QUEUE_LABEL] = f"lq-{(index + offset) % CLUSTER_QUEUES}"
-
-
-def queue_config() -> dict[str, Any]:
-    """The bundled defaults plus FlavorFairness and a ``queues:`` section (docs/concepts/queues.md)."""
-    config = ExtenderConfiguration().model_dump(mode="json", exclude_none=True)
-    config["plugins"].append({"name": "FlavorFairness", "weight": 1})
-    flavors = [
-        {
-            "metadata": {"name": name},
-            "spec": {"nodeLabels": {FLAVOR_LABEL: name}, "fairSharing": {"resourceWeights": {GPU: weight}}},
-        }
-        for name, weight in FLAVOR_WEIGHTS.items()
-    ]
-    quotas = [{"name": name, "resources": [{"name": GPU, "nominalQuota": NOMINAL_GPUS}]} for name in FLAVOR_WEIGHTS]
-    cluster_queues = [
-        {
-            "metadata": {"name": f"cq-{i}"},
-            "spec": {
-                "cohortName": f"cohort-{i % COHORTS}",
-                "resourceGroups": [{"coveredResources": [GPU], "flavors": quotas}],
-            },
-        }
-        for i in range(CLUSTER_QUEUES)
-    ]
-    local_queues = [
-        {"metadata": {"name": f"lq-{i}", "namespace": namespace}, "spec": {"clusterQueue": f"cq-{i}"}}
-        for namespace in QUEUE_NAMESPACES
-        for i in range(CLUSTER_QUEUES)
-    ]
-    config["queues"] = {
-        "resourceFlavors": flavors,
-        "cohorts": [{"metadata": {"name": f"cohort-{j}"}} for j in range(COHORTS)],
-        "clusterQueues": cluster_queues,
-        "localQueues": local_queues,
-    }
-    return config
-
-
-def queued(pod: dict[str, Any]) -> dict[str, Any]:
-    """The pending pod in LocalQueue lq-0 of its namespace (ClusterQueue cq-0)."""
-    pod["metadata"]["labels"][KUEUE_QUEUE_LABEL] = "lq-0"
-    return pod
 
 
 # --------------------------------------------------------------------------- clients
