@@ -16,11 +16,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 from pathlib import Path
-from typing import Any
 
-import httptools
 import msgspec
 import uvloop
+
+from bench.raw_http import HttpRequestProtocol
 
 __all__ = ["FloorProtocol", "answer_key", "answers_table", "serve"]
 
@@ -41,24 +41,13 @@ def answers_table(answers: dict[str, bytes]) -> dict[tuple[bytes, bytes], bytes]
     return table
 
 
-class FloorProtocol(asyncio.Protocol):
+class FloorProtocol(HttpRequestProtocol):
     """One connection: each complete request answered from the table, in order (keep-alive)."""
 
     def __init__(self, table: dict[tuple[bytes, bytes], bytes]) -> None:
+        super().__init__()
         self.table = table
-        self.transport: Any = None
-        self.parser = httptools.HttpRequestParser(self)
-        self.url = b""
         self.length = b"0"
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport
-
-    def data_received(self, data: bytes) -> None:
-        self.parser.feed_data(data)
-
-    def on_url(self, url: bytes) -> None:
-        self.url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
         if name.lower() == b"content-length":

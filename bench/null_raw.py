@@ -24,6 +24,7 @@ import msgspec
 import uvloop
 
 from app.cluster.kube import KubeClient
+from bench.raw_http import HttpRequestProtocol
 
 _args = msgspec.json.Decoder(dict[str, Any])
 _encode = msgspec.json.encode
@@ -80,22 +81,11 @@ class ApiConnections:
         return await asyncio.open_connection(self.host, self.port, ssl=self.context)
 
 
-class NullProtocol(asyncio.Protocol):
+class NullProtocol(HttpRequestProtocol):
     def __init__(self, api: ApiConnections) -> None:
+        super().__init__()
         self.api = api
-        self.transport: Any = None  # uvloop's TCPTransport
-        self.parser = httptools.HttpRequestParser(self)
-        self.url = b""
         self.body: list[bytes] = []
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport
-
-    def data_received(self, data: bytes) -> None:
-        self.parser.feed_data(data)
-
-    def on_url(self, url: bytes) -> None:
-        self.url += url
 
     def on_body(self, chunk: bytes) -> None:
         self.body.append(chunk)
