@@ -3,10 +3,8 @@ connection, with nothing else done."""
 
 from __future__ import annotations
 
-import asyncio
 import http.client
 import socket
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +12,7 @@ import pytest
 
 from bench.latency import Case, Options, measure_floor
 from bench.latency_floor import FloorProtocol, answer_key, answers_table
+from tests.bench.protocol_server import serving
 
 FILTER_BODY = b'{"Pod":{},"Nodes":null,"NodeNames":["n1","n2"]}'
 PRIORITIZE_BODY = b'{"Pod":{},"Nodes":null,"NodeNames":["n1","n2","n3"]}'
@@ -25,19 +24,9 @@ ANSWERS = {
 
 @pytest.fixture
 def port() -> Iterator[int]:
-    loop = asyncio.new_event_loop()
     table = answers_table(ANSWERS)
-    server = loop.run_until_complete(loop.create_server(lambda: FloorProtocol(table), "127.0.0.1", 0))
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    try:
-        yield int(server.sockets[0].getsockname()[1])
-    finally:
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=10)
-        server.close()
-        loop.run_until_complete(server.wait_closed())
-        loop.close()
+    with serving(lambda: FloorProtocol(table)) as port:
+        yield port
 
 
 def test_each_request_gets_the_answer_kept_for_its_path_and_length(port: int) -> None:

@@ -3,33 +3,22 @@ null extender does (its /bind needs an API server: bench.throughput's extender-n
 
 from __future__ import annotations
 
-import asyncio
 import http.client
 import json
-import threading
 from collections.abc import Iterator
 from typing import Any, cast
 
 import pytest
 
 from bench.null_raw import ApiConnections, NullProtocol
+from tests.bench.protocol_server import serving
 
 
 @pytest.fixture
 def port() -> Iterator[int]:
-    loop = asyncio.new_event_loop()
     api = cast(ApiConnections, None)  # no /bind here
-    server = loop.run_until_complete(loop.create_server(lambda: NullProtocol(api), "127.0.0.1", 0))
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    try:
-        yield int(server.sockets[0].getsockname()[1])
-    finally:
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=10)
-        server.close()
-        loop.run_until_complete(server.wait_closed())
-        loop.close()
+    with serving(lambda: NullProtocol(api)) as port:
+        yield port
 
 
 def _post(connection: http.client.HTTPConnection, path: str, body: dict[str, Any]) -> Any:
