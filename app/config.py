@@ -240,7 +240,8 @@ class ExtenderConfiguration(_Strict):
         description="Among the nodes the profile scores highest, which keep the best priority: unset, all of "
         "them (kube-scheduler picks one at random); {mostAllocated: [nvidia.com/gpu]}, for a pod that asks for "
         "one of those device resources, only the nodes whose devices would be most allocated after it; "
-        "{lowestName: true}, then only the node with the smallest name (a fixed node order). Needs "
+        "{lowestName: true}, then only the node with the smallest name (a fixed node order), or {random: true}, "
+        "one of them drawn per request (kube-scheduler's own pick, taken by the extender). Needs "
         "priorityScale: Candidates. See scoring/tie_break.py.",
     )
     deviceChoice: Literal["FirstFit", "LeastFragmentation"] = Field(

@@ -138,6 +138,15 @@ class TieBreakConfig(_Doc):
         "smallest name keeps it, for every pod: a fixed node order, the rule of the FGD paper's artifact "
         "(its kube-scheduler takes the smallest name among equal totals). Set mostAllocated, lowestName or both.",
     )
+    random: bool = Field(
+        False,
+        description="Of the nodes left at 10 (after mostAllocated), one drawn at random per request keeps it, as "
+        "kube-scheduler would pick among equal totals: BestScored then passes a single node, so kube-scheduler "
+        "neither scores nor calls /prioritize for the pod. Not for a pod with soft preferences (preferred node or "
+        "pod (anti-)affinity, ScheduleAnyway topology spread, a ReplicaSet, StatefulSet or ReplicationController "
+        "controller) nor among nodes one of which has a PreferNoSchedule taint: those ties stay for "
+        "kube-scheduler's score plugins. Not with lowestName.",
+    )
 
 
 # ------------------------------------------------------------------------------------------------ queues

@@ -10,6 +10,8 @@ CPU-only), then in each round, one after the other on the same cluster:
   config) as a process;
 * with ``--extra-phase extender-go-defaults``, the same with kube-scheduler on Go's defaults, and with
   ``baseline-go-shipped`` kube-scheduler alone with deploy/'s settings: what those settings change;
+* with ``--extra-phase extender-ties-to-scheduler``, the shipped configuration with ``tieBreak.random``
+  off: equally scored nodes all pass /filter, and kube-scheduler scores them and calls /prioritize;
 * with ``--extra-phase extender-null``, also the shipped kube-scheduler config behind
   ``bench.null_extender`` (passes the first candidate, binds, nothing else): what the extender
   protocol costs kube-scheduler and the API server, which no extender can avoid; with
@@ -239,6 +241,7 @@ EXTRA_PHASES = (
     "extender-sampled",
     "extender-feasible",
     "extender-failures-always",
+    "extender-ties-to-scheduler",
     "extender-null",
     "extender-null-raw",
     "extender-null-filter",
@@ -323,6 +326,8 @@ def main(argv: list[str] | None = None) -> int:
         "the shipped profile with "
         "kube-scheduler's default percentageOfNodesToScore (the extender sees a sample of the nodes); the shipped "
         "configuration with filterReturns: Feasible; the shipped configuration with filterFailures: Always; "
+        "the shipped configuration with tieBreak.random off (equally scored nodes all pass; kube-scheduler scores "
+        "them and calls /prioritize); "
         "kube-scheduler with the shipped profile behind bench.null_extender (passes the first candidate, binds); "
         "the same behind bench.null_raw, a second null extender without web framework or HTTP client library; "
         "the shipped extender with a null /filter (bench.extender_null_filter: its machinery without scoring); "
@@ -375,6 +380,8 @@ def main(argv: list[str] | None = None) -> int:
                         config["filterReturns"] = "Feasible"
                     if name == "extender-failures-always":
                         config["filterFailures"] = "Always"
+                    if name == "extender-ties-to-scheduler":
+                        config["tieBreak"] = {**config["tieBreak"], "random": False}
                     null = NULL_EXTENDERS.get(name)
                     if null:
                         extender = start_null_extender(plane, null)

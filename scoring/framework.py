@@ -112,6 +112,9 @@ class PodInfo:
     # The API object's metadata.resourceVersion ("" when unknown): the same UID at the same version is
     # the same pod, so a request's copy need not be parsed again when the cache holds it.
     resource_version: str = ""
+    # Soft preferences kube-scheduler's score plugins act on (``k8s_semantics.preferences``): a
+    # tie-break that keeps a single node leaves such a pod's ties to kube-scheduler.
+    soft_preferences: bool = False
 
     @property
     def key(self) -> str:

@@ -14,6 +14,11 @@ be most allocated after the pod keep the best priority (``scoring.priority_scale
 ``filterReturns: BestScored``. ``tieBreak.lowestName`` then keeps, for every pod, only the node with
 the lexicographically smallest name among those left: a fixed order over nodes, the FGD paper's
 artifact's rule (its kube-scheduler's ``selectHost`` takes the smallest name among equal totals).
+``tieBreak.random`` keeps one of those left chosen at random, kube-scheduler's own rule among equal
+totals, taken by the extender: /filter then passes a single node, and kube-scheduler neither runs its
+score plugins nor calls /prioritize for the pod. It leaves the choice to kube-scheduler where its
+score plugins could still tell the nodes apart (``random_applies``): for a pod with soft
+preferences of its own (``k8s_semantics.preferences``) and among nodes with a PreferNoSchedule taint.
 Per resource, MostAllocated in milli-devices:
 ``min(used + pod, total) * 100 // total``, where ``used`` and ``total`` are DRA's per-device use and
 1000 per published device where DRA serves the resource (``NodeInfo.fit_amounts``), and 1000 per
@@ -24,7 +29,7 @@ a tie-break.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,10 +47,12 @@ __all__ = [
     "NATIVE_RESOURCES",
     "TieBreak",
     "asks_for_any",
+    "chosen_batch",
     "lowest_name",
     "lowest_name_batch",
     "most_allocated",
     "most_allocated_batch",
+    "random_applies",
     "winners",
 ]
 
@@ -57,22 +64,26 @@ NATIVE_RESOURCES = frozenset({"cpu", "memory", "pods", "ephemeral-storage"})
 class TieBreak:
     most_allocated: tuple[str, ...] = ()
     lowest_name: bool = False
+    random: bool = False
 
     @classmethod
     def parse(cls, raw: Any, path: str = "tieBreak") -> TieBreak:
         if not isinstance(raw, Mapping):
             raise ArgsError(
                 f"{path}: must be a mapping with 'mostAllocated' (a list of device resource names) and/or "
-                "'lowestName' (true)"
+                "'lowestName' or 'random' (true)"
             )
-        reject_unknown_fields(raw, path, ("mostAllocated", "lowestName"))
-        lowest = raw.get("lowestName", False)
-        if not isinstance(lowest, bool):
-            raise ArgsError(f"{path}.lowestName: must be true or false, got {lowest!r}")
+        reject_unknown_fields(raw, path, ("mostAllocated", "lowestName", "random"))
+        lowest, random = raw.get("lowestName", False), raw.get("random", False)
+        for field, value in (("lowestName", lowest), ("random", random)):
+            if not isinstance(value, bool):
+                raise ArgsError(f"{path}.{field}: must be true or false, got {value!r}")
+        if lowest and random:
+            raise ArgsError(f"{path}: set at most one of 'lowestName' and 'random' (each keeps a single node)")
         if "mostAllocated" not in raw:
-            if not lowest:
-                raise ArgsError(f"{path}: set 'mostAllocated', 'lowestName: true' or both")
-            return cls((), lowest)
+            if not (lowest or random):
+                raise ArgsError(f"{path}: set 'mostAllocated', 'lowestName: true', 'random: true' or one with it")
+            return cls((), lowest, random)
         names = raw.get("mostAllocated")
         if not isinstance(names, list) or not names:
             raise ArgsError(f"{path}.mostAllocated: must be a non-empty list of device resource names, got {names!r}")
@@ -84,7 +95,7 @@ class TieBreak:
                 raise ArgsError(f"{where}: {name!r} is not a device resource (one such as nvidia.com/gpu)")
             if name in names[:index]:
                 raise ArgsError(f"{where}: duplicate resource name {name!r}")
-        return cls(tuple(names), lowest)
+        return cls(tuple(names), lowest, random)
 
 
 def _amounts(node: NodeInfo, resource: str) -> tuple[int, int]:
@@ -153,6 +164,27 @@ def lowest_name_batch(best: npt.NDArray[np.bool_], names: Sequence[str]) -> npt.
         first = min(map(names.__getitem__, at))
         won[[index for index in at if names[index] == first]] = True
     return won
+
+
+def chosen_batch(
+    best: npt.NDArray[np.bool_], names: Sequence[str], choose: Callable[[list[str]], str]
+) -> npt.NDArray[np.bool_]:
+    """Among the ``best`` positions, only the one whose name ``choose`` picks from theirs (in position
+    order): ``random.Random.choice`` for ``tieBreak.random``."""
+    at = best.nonzero()[0].tolist()
+    won = np.zeros(len(best), dtype=np.bool_)
+    if at:
+        picked = choose(list(map(names.__getitem__, at)))
+        won[next(index for index in at if names[index] == picked)] = True
+    return won
+
+
+def random_applies(pod: PodInfo, prefer_no_schedule: bool) -> bool:
+    """Whether ``tieBreak.random`` may keep a single node: not for a pod with soft preferences of its
+    own, nor when a tied node has a PreferNoSchedule taint (``prefer_no_schedule``): kube-scheduler's
+    score plugins (NodeAffinity, InterPodAffinity, PodTopologySpread, TaintToleration) could still
+    tell such nodes apart, so they keep the tie and kube-scheduler chooses."""
+    return not pod.soft_preferences and not prefer_no_schedule
 
 
 def winners(best: Sequence[bool], keys: Sequence[int]) -> list[bool]:

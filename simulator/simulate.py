@@ -189,7 +189,15 @@ class _Scheduler:
         # extender need not write them (the shipped deploy/extender-config.yaml does the same).
         config = config.model_copy(update={"filterFailures": "WhenUnschedulable"})
         writer = SnapshotClaimWriter(self.cache.dra) if sharing == "dra" else None
-        self.service = ExtenderService(config, self.cache, SnapshotBinder(self.cache), claim_writer=writer)
+        self.rng = random.Random(seed)
+        # kube-scheduler picks among equal totals at random; the FGD artifact's selectHost took the
+        # lexicographically smallest node name (a fixed packing order), which ``lowest-name`` plays.
+        # An extender with ``tieBreak.random`` makes that pick itself, with the same rule and draw: a
+        # tie resolves the same whichever side takes it.
+        self.choose: Callable[[list[str]], str] = self.rng.choice if tie_break == "random" else min
+        self.service = ExtenderService(
+            config, self.cache, SnapshotBinder(self.cache), claim_writer=writer, choose=self.choose
+        )
         if sharing == "dra":
             self.cache.dra.upsert_class(dra.device_class())
         for node in nodes:
@@ -198,10 +206,6 @@ class _Scheduler:
         if sharing == "dra":
             self.cache.dra.replace_slices(s for s in map(dra.node_slice, nodes) if s is not None)
         self.nodes = {node.name: node for node in nodes}
-        self.rng = random.Random(seed)
-        # kube-scheduler picks among equal totals at random; the FGD artifact's selectHost took the
-        # lexicographically smallest node name (a fixed packing order), which ``lowest-name`` plays.
-        self.choose: Callable[[list[str]], str] = self.rng.choice if tie_break == "random" else min
         self.scheduler = scheduler
         self.kube = scheduler.scoring() if scheduler is not None else None
         self._names = [node.name for node in nodes]

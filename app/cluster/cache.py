@@ -113,6 +113,7 @@ class ClusterCache:
         self.assume_ttl = assume_ttl
         self.clock = clock
         self.nodes: dict[str, Any] = {}  # name -> app.cluster.objects.NodeObject
+        self.prefer_no_schedule: set[str] = set()  # nodes with a PreferNoSchedule taint
         self.pods: dict[str, PodInfo] = {}
         self.ledger: dict[str, Assumption] = {}
         self.sources: dict[str, SourceState] = {}
@@ -200,6 +201,7 @@ class ClusterCache:
     def upsert_node(self, node: NodeObject) -> None:
         previous = self.nodes.get(node.name)
         self.nodes[node.name] = node
+        (self.prefer_no_schedule.add if node.prefer_no_schedule else self.prefer_no_schedule.discard)(node.name)
         if previous is not None and _same_to_the_cache(previous, node):
             # A status report (conditions, images, volumes) or a new annotation: nothing scoring, the
             # fit or the queues' totals read changed, so no snapshot, memoised score or total goes stale.
@@ -219,6 +221,7 @@ class ClusterCache:
 
     def delete_node(self, name: str) -> None:
         self.nodes.pop(name, None)
+        self.prefer_no_schedule.discard(name)
         self.nodes_version += 1
         self._changed()
         self._publish(NodeChanged(name, None))
@@ -460,6 +463,10 @@ class ClusterCache:
     def check_invariants(self) -> None:
         """Recompute every node's usage from scratch and compare (tests and /debug?verify use it)."""
         self.dra.check_invariants()
+        tainted = {name for name, node in self.nodes.items() if node.prefer_no_schedule}
+        if tainted != self.prefer_no_schedule:
+            kept = sorted(self.prefer_no_schedule)
+            raise AssertionError(f"PreferNoSchedule nodes {kept}, recomputed {sorted(tainted)}")
         expected: dict[str, NodeUsage] = {}
         counted: dict[str, PodInfo] = {}
         kinds: dict[str, Kinds] = {}

@@ -18,6 +18,7 @@ import allocator
 from fairshare.errors import QueueConfigError
 from fairshare.flavor import NodeSelectorRequirement, PodPlacement, parse_toleration
 from k8s_semantics.placement import FILTERED_EFFECTS
+from k8s_semantics.preferences import soft_preferences
 from k8s_semantics.quantity import QuantityError
 from k8s_semantics.taints import Taint
 from scoring.framework import PodClaimRef, PodInfo
@@ -61,6 +62,8 @@ class NodeObject:
     unschedulable: bool = False
     resource_version: str = ""
     taints: tuple[Taint, ...] = ()  # NoSchedule and NoExecute only: what filters pods
+    # Has a PreferNoSchedule taint, which kube-scheduler's TaintToleration scores against.
+    prefer_no_schedule: bool = False
 
 
 def _metadata(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
@@ -87,7 +90,12 @@ def node_from_obj(obj: Mapping[str, Any]) -> NodeObject:
         unschedulable=bool(spec.get("unschedulable")),
         resource_version=str(metadata.get("resourceVersion") or ""),
         taints=_taints(spec.get("taints")),
+        prefer_no_schedule=_prefer_no_schedule(spec.get("taints")),
     )
+
+
+def _prefer_no_schedule(raw: Any) -> bool:
+    return isinstance(raw, list) and any(isinstance(t, Mapping) and t.get("effect") == "PreferNoSchedule" for t in raw)
 
 
 def _taints(raw: Any) -> tuple[Taint, ...]:
@@ -183,6 +191,7 @@ def pod_from_obj(obj: Mapping[str, Any]) -> PodInfo:
         queue_labels=_queue_labels(metadata.get("labels")),
         admitted_at=_admitted_at(metadata, spec, status),
         owner_uid=_controller_uid(metadata.get("ownerReferences")),
+        soft_preferences=soft_preferences(spec, _controller_kind(metadata.get("ownerReferences"))),
         terminating=bool(metadata.get("deletionTimestamp")),
         resource_version=str(metadata.get("resourceVersion") or ""),
         **_group_fields(namespace, metadata, spec, obj),
@@ -222,6 +231,14 @@ def _admitted_at(metadata: Mapping[str, Any], spec: Mapping[str, Any], status: M
                 return at
     at = parse_time(metadata.get("creationTimestamp"))
     return at if at is not None else 0.0
+
+
+def _controller_kind(refs: Any) -> str:
+    """The kind of the pod's controller, "" for none."""
+    for ref in refs if isinstance(refs, list) else ():
+        if isinstance(ref, Mapping) and ref.get("controller"):
+            return str(ref.get("kind") or "")
+    return ""
 
 
 def _controller_uid(refs: Any) -> str:

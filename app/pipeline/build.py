@@ -25,13 +25,20 @@ def build_pipeline(
     cache: ClusterCache,
     claim_writer: ClaimWriter | None,
     wall_clock: Callable[[], float] = time.time,
+    choose: Callable[[list[str]], str] | None = None,
 ) -> tuple[Pipeline, ResourceFit]:
-    """The participants in order (fit, claims, queues, gangs), and the resource fit (the pipeline's scorer)."""
+    """The participants in order (fit, claims, queues, gangs), and the resource fit (the pipeline's
+    scorer); ``choose``: ``tieBreak.random``'s pick among node names (None: a random one)."""
     cache.dra.proposal_ttl = config.dra.proposalTTLSeconds
     fairness = Fairness.attach(cache, config.queue_config(), wall_clock)
     profile = config.build_profile(FlavorFairness(fairness) if fairness is not None else None)
     fit = ResourceFit(
-        cache, profile, ManagedResourcesFit(config.managed_resource_names), config.priorityScale, config.tie_break()
+        cache,
+        profile,
+        ManagedResourcesFit(config.managed_resource_names),
+        config.priorityScale,
+        config.tie_break(),
+        choose,
     )
     participants: list[Participant] = [fit]
     dra = None

@@ -8,7 +8,8 @@ scoring stage of their own, so its weight combines with the others as in kube-sc
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import random
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -26,7 +27,15 @@ from scoring.managed_fit import ManagedResourcesFit
 from scoring.priority_scale import PriorityScale
 from scoring.profile import Profile
 from scoring.table import Batch, BoolArray
-from scoring.tie_break import TieBreak, asks_for_any, lowest_name_batch, most_allocated, most_allocated_batch
+from scoring.tie_break import (
+    TieBreak,
+    asks_for_any,
+    chosen_batch,
+    lowest_name_batch,
+    most_allocated,
+    most_allocated_batch,
+    random_applies,
+)
 
 __all__ = ["ResourceFit"]
 
@@ -41,6 +50,7 @@ class ResourceFit(Participant):
         fit: ManagedResourcesFit,
         scale: PriorityScale,
         tie_break: TieBreak | None = None,
+        choose: Callable[[list[str]], str] | None = None,
     ) -> None:
         self.cache = cache
         self.nodes = CandidateNodes(cache)
@@ -48,6 +58,8 @@ class ResourceFit(Participant):
         self.fit = fit
         self.scale = scale  # priorityScale: the profile's 0..100 node scores to /prioritize's 0..10
         self.tie_break = tie_break  # which of the best nodes keep the best priority (None: all)
+        # tieBreak.random's pick among names (the simulator passes its kube-scheduler's own rule).
+        self.choose = choose or random.Random().choice
         self.claim_devices = ClaimDevices(cache.dra)  # what a pod's claims ask of extended resources
 
     # ------------------------------------------------------------------ filter
@@ -106,7 +118,18 @@ class ResourceFit(Participant):
         won = self._most_allocated(pod, candidates, batch, best)
         if self.tie_break.lowest_name and np.count_nonzero(won) > 1:
             won = lowest_name_batch(won, candidates.names)
+        elif (
+            self.tie_break.random
+            and np.count_nonzero(won) > 1
+            and random_applies(pod, self._prefer_no_schedule(candidates, won))
+        ):
+            won = chosen_batch(won, candidates.names, self.choose)
         return won
+
+    def _prefer_no_schedule(self, candidates: Candidates, won: BoolArray) -> bool:
+        """Whether a node among ``won`` has a PreferNoSchedule taint (none in most clusters: no scan)."""
+        tainted = self.cache.prefer_no_schedule
+        return bool(tainted) and any(candidates.names[p] in tainted for p in won.nonzero()[0].tolist())
 
     def _most_allocated(self, pod: PodInfo, candidates: Candidates, batch: Batch | None, best: BoolArray) -> BoolArray:
         """Of the ``best`` candidates, those ``tieBreak.mostAllocated`` keeps."""
@@ -191,7 +214,7 @@ class ResourceFit(Participant):
     def explain_nodes(self, pod: PodInfo, candidates: Candidates) -> list[dict[str, Any]]:
         """Per candidate: the profile's verdict, each plugin's raw 0..100 score, the 0..10 score
         /prioritize would give among the nodes that pass (null for the others), and the managed
-        resources' numbers."""
+        resources' numbers. With ``tieBreak.random`` every node left at 10 is one a request may pick."""
         pod = self.claim_devices.with_claim_devices(pod)
         verdicts = [(name, *self.verdict(pod, name, candidates.allocatable(name))) for name in candidates.names]
         scores = {

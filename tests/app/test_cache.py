@@ -279,3 +279,24 @@ def test_snapshots_and_the_table_carry_the_nodes_labels() -> None:
     codes, values = cache.table.label_codes("nvidia.com/gpu.product")
     assert values == ("A100", "H100")
     assert [int(codes[table.index[name]]) for name in ("g1", "g2")] == [0, 1]
+
+
+def test_nodes_with_a_prefer_no_schedule_taint_are_kept_apart() -> None:
+    """tieBreak.random reads which nodes have a PreferNoSchedule taint: added, removed (a change the
+    snapshots do not need) and deleted with the node."""
+    cache = ClusterCache()
+    tainted = node_obj("g1", gpus=8)
+    tainted["spec"] = {"taints": [{"key": "a", "effect": "NoSchedule"}, {"key": "spot", "effect": "PreferNoSchedule"}]}
+    cache.upsert_node(node_from_obj(tainted))
+    cache.upsert_node(node_from_obj(node_obj("g2", gpus=8)))
+    assert cache.prefer_no_schedule == {"g1"}
+    cache.check_invariants()
+    tainted["spec"]["taints"] = tainted["spec"]["taints"][:1]
+    cache.upsert_node(node_from_obj(tainted))
+    assert cache.prefer_no_schedule == set()
+    tainted["spec"]["taints"].append({"key": "spot", "effect": "PreferNoSchedule"})
+    cache.upsert_node(node_from_obj(tainted))
+    assert cache.prefer_no_schedule == {"g1"}
+    cache.delete_node("g1")
+    assert cache.prefer_no_schedule == set()
+    cache.check_invariants()

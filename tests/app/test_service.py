@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from app.cluster.objects import node_from_obj, pod_from_obj
 from app.cluster.snapshot import SnapshotBinder
 from app.cluster.writes import BindError
 from app.http import wire
@@ -410,6 +411,62 @@ def test_tie_break_by_lowest_name_after_most_allocated() -> None:
     assert _filter(service, pod_obj("c"), names)["NodeNames"] == ["n0"]  # a CPU pod: the smallest name
 
 
+def _random_tie_service(nodes: list[dict[str, Any]]) -> ExtenderService:
+    from app.config import parse_config
+
+    pods = [pod_obj("a", gpus=1, node="n3"), pod_obj("b", gpus=1, node="n2")]
+    tie_break = {"mostAllocated": ["nvidia.com/gpu"], "random": True}
+    config = parse_config({"plugins": [], "filterReturns": "BestScored", "tieBreak": tie_break})
+    return make_service(nodes, pods, config)
+
+
+def test_tie_break_at_random_passes_one_of_the_tied_nodes() -> None:
+    """``tieBreak.random``: of the nodes left at 10 after mostAllocated, BestScored passes one, drawn
+    per request (so kube-scheduler neither scores nor calls /prioritize); over many requests each
+    tied node is drawn and no other. /prioritize gives the drawn node 10 and the others at most 9."""
+    nodes = [node_obj("n3"), node_obj("n2"), node_obj("n1", gpus=16), node_obj("n0"), node_obj("n4")]
+    service = _random_tie_service([*nodes, node_obj("n5")])
+    service.cache.upsert_pod(pod_from_obj(pod_obj("c", gpus=1, node="n5")))
+    names = ["n3", "n2", "n1", "n0", "n5"]
+    gpu_pod = pod_obj("p", gpus=1)
+    drawn = set()
+    for _ in range(60):  # each of 3 tied nodes is missed by 60 draws with probability (2/3)^60
+        passed = _filter(service, gpu_pod, names)["NodeNames"]
+        assert len(passed) == 1
+        drawn.update(passed)
+    assert drawn == {"n3", "n2", "n5"}  # the most allocated after the pod (2 of 8), n1 and n0 never
+    priorities = json.loads(wire.encode(service.prioritize(filter_body(gpu_pod, names))))
+    assert sorted(s["Score"] for s in priorities) == [9, 9, 9, 9, 10]
+    assert {s["Host"] for s in priorities if s["Score"] == 10} <= {"n3", "n2", "n5"}
+    assert len(_filter(service, pod_obj("cpu-only"), names)["NodeNames"]) == 1  # every pod, after mostAllocated
+
+
+def test_tie_break_at_random_follows_the_given_rule() -> None:
+    """The pick is ``choose`` over the tied names in candidate order (the simulator hands its own)."""
+    service = _random_tie_service([node_obj("n3"), node_obj("n2"), node_obj("n0")])
+    seen: list[list[str]] = []
+    service.resources.choose = lambda names: seen.append(names) or names[-1]
+    assert _filter(service, pod_obj("p", gpus=1), ["n3", "n0", "n2"])["NodeNames"] == ["n2"]
+    assert seen == [["n3", "n2"]]
+
+
+def test_tie_break_at_random_leaves_soft_preferences_to_kube_scheduler() -> None:
+    """A pod with soft preferences, or tied nodes of which one has a PreferNoSchedule taint: every tied
+    node passes, and kube-scheduler's score plugins choose among them."""
+    tainted = node_obj("n2")
+    tainted["spec"] = {"taints": [{"key": "spot", "effect": "PreferNoSchedule"}]}
+    names = ["n3", "n2", "n0"]
+    service = _random_tie_service([node_obj("n3"), tainted, node_obj("n0")])
+    assert _filter(service, pod_obj("p", gpus=1), names)["NodeNames"] == ["n3", "n2"]
+    service.cache.upsert_node(node_from_obj(node_obj("n2")))  # the taint removed
+    assert len(_filter(service, pod_obj("p", gpus=1), names)["NodeNames"]) == 1
+    spread = pod_obj("s", gpus=1)
+    spread["spec"]["affinity"] = {
+        "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1, "podAffinityTerm": {}}]}
+    }
+    assert _filter(service, spread, names)["NodeNames"] == ["n3", "n2"]
+
+
 @pytest.mark.parametrize(
     ("config", "message"),
     [
@@ -436,8 +493,6 @@ def test_filter_failures_is_validated() -> None:
 def test_failed_node_maps_are_reused_only_for_exactly_the_same_failures() -> None:
     """Pods of one shape over the same candidates get the FailedNodes bytes built for the first; once a
     node's state changes what fails, the map is built again and names it."""
-    from app.cluster.objects import pod_from_obj
-
     names = [f"g{i}" for i in range(70)]
     service = make_service([node_obj(n, gpus=4 if i % 2 else 1) for i, n in enumerate(names)])
     first = service.filter(filter_body(pod_obj("a", gpus=2), names))
@@ -483,6 +538,7 @@ def test_best_scored_answer_is_the_top_of_prioritize_over_the_feasible_nodes(
     for mode in ("Feasible", "BestScored"):
         config = {**extender_config(), "filterReturns": mode, "managedResources": ["nvidia.com/gpu", "cpu", "memory"]}
         service = make_service(objs, running, config)
+        service.resources.choose = min  # tieBreak.random: the same pick in both services
         answers[mode] = (_filter(service, pod, names), service)
     (feasible, service), (best, _) = answers["Feasible"], answers["BestScored"]
     if len(feasible["NodeNames"]) <= 1:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from tests.e2e.api import pod_manifest
 from tests.e2e.conftest import GPU, Cluster, Group
 from tests.e2e.controlplane import extender_config, scheduler_env
 
@@ -126,3 +127,29 @@ def test_with_every_passing_node_returned_kube_scheduler_takes_the_extenders_bes
         assert calls is not None and float(calls[1]) >= 1, "kube-scheduler never called /prioritize"
     finally:
         group.cluster.restart_extender()
+
+
+def _verbs(group: Group, pod: str) -> list[str]:
+    """The verbs the extender answered for one pod of the group, in order (from /debug's decisions)."""
+    decisions = group.cluster.extender.get("/debug?nodes=false&decisions=50").json()["decisions"]
+    return [d["verb"] for d in decisions if d["pod"] == f"{group.name}/{pod}"]
+
+
+def test_a_tie_costs_one_round_trip_unless_the_pod_has_soft_preferences(group: Group) -> None:
+    """Three empty CPU-only nodes score the same for a small CPU pod. The shipped tieBreak.random passes
+    one of them, and kube-scheduler binds the pod there without scoring or calling /prioritize. A pod
+    with a preferred anti-affinity to it keeps the tie: every tied node passes, kube-scheduler asks
+    /prioritize and its own InterPodAffinity score sends the pod away from the first one."""
+    for suffix in ("a", "b", "c"):
+        group.node(suffix, gpus=None)
+    group.pod("tied", labels={"app": "spread"})
+    (first_node,) = group.wait_bound("tied").values()
+    assert _verbs(group, "tied") == ["filter", "bind"]
+    manifest = pod_manifest("prefers", node_selector=group.selector, labels={"app": "spread"})
+    term = {"labelSelector": {"matchLabels": {"app": "spread"}}, "topologyKey": "kubernetes.io/hostname"}
+    preferred = [{"weight": 100, "podAffinityTerm": term}]
+    manifest["spec"]["affinity"] = {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": preferred}}
+    group.api.create(f"/api/v1/namespaces/{group.name}/pods", manifest)
+    (node,) = group.wait_bound("prefers").values()
+    assert _verbs(group, "prefers") == ["filter", "prioritize", "bind"]
+    assert node != first_node

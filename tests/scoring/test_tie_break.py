@@ -17,10 +17,12 @@ from scoring.priority_scale import break_ties, break_ties_by_name, candidates
 from scoring.resources import PodResources
 from scoring.tie_break import (
     TieBreak,
+    chosen_batch,
     lowest_name,
     lowest_name_batch,
     most_allocated,
     most_allocated_batch,
+    random_applies,
     winners,
 )
 from tests.scoring.builders import named_batch
@@ -57,8 +59,8 @@ def test_no_key_for_a_pod_that_asks_for_none_of_the_resources() -> None:
         ({"mostAllocated": ["cpu"]}, "tieBreak.mostAllocated[0]: 'cpu' is not a device resource"),
         ({"mostAllocated": [GPU, GPU]}, "tieBreak.mostAllocated[1]: duplicate resource name"),
         ({"mostAllocated": [GPU], "leastAllocated": [GPU]}, "tieBreak: unknown field(s) ['leastAllocated']"),
-        ({}, "tieBreak: set 'mostAllocated', 'lowestName: true' or both"),
-        ({"lowestName": False}, "tieBreak: set 'mostAllocated', 'lowestName: true' or both"),
+        ({}, "tieBreak: set 'mostAllocated', 'lowestName: true', 'random: true' or one with it"),
+        ({"lowestName": False}, "tieBreak: set 'mostAllocated', 'lowestName: true', 'random: true' or one with it"),
         ({"lowestName": "yes"}, "tieBreak.lowestName: must be true or false, got 'yes'"),
     ],
 )
@@ -121,3 +123,39 @@ def test_break_ties_keeps_a_winner_and_demotes_only_best_nodes(pairs: list[tuple
     assert all(b == p or (p == 10 and b == 9) for p, b in zip(priorities, broken, strict=True))
     top = max((k for p, k in pairs if p == 10), default=None)
     assert all((b == 10) == (p == 10 and k == top) for (p, k), b in zip(pairs, broken, strict=True))
+
+
+def test_random_alone_or_after_most_allocated() -> None:
+    assert TieBreak.parse({"random": True}) == TieBreak((), False, True)
+    assert TieBreak.parse({"mostAllocated": [GPU], "random": True}) == TieBreak((GPU,), False, True)
+    for raw, message in (
+        ({"lowestName": True, "random": True}, "tieBreak: set at most one of 'lowestName' and 'random'"),
+        ({"random": 1}, "tieBreak.random: must be true or false, got 1"),
+        ({"random": False}, "tieBreak: set 'mostAllocated', 'lowestName: true', 'random: true'"),
+    ):
+        with pytest.raises(ArgsError) as error:
+            TieBreak.parse(raw)
+        assert message in str(error.value)
+
+
+def test_chosen_batch_keeps_the_name_picked_among_the_best() -> None:
+    best = np.array([False, True, True, False, True])
+    names = ["a", "n2", "n1", "z", "n3"]
+    offered: list[list[str]] = []
+
+    def pick_last(among: list[str]) -> str:
+        offered.append(among)
+        return among[-1]
+
+    assert chosen_batch(best, names, pick_last).tolist() == [False, False, False, False, True]
+    assert offered == [["n2", "n1", "n3"]]  # the best names, in position order
+    assert chosen_batch(best, names, min).tolist() == [False, False, True, False, False]
+    assert not chosen_batch(np.zeros(5, dtype=np.bool_), names, min).any()
+
+
+def test_random_applies_only_without_soft_preferences_or_prefer_no_schedule_nodes() -> None:
+    plain = PodInfo("u", "ns", "p", PodResources({"cpu": 1000}, 1000, 0))
+    prefers = PodInfo("u", "ns", "p", PodResources({"cpu": 1000}, 1000, 0), soft_preferences=True)
+    assert random_applies(plain, prefer_no_schedule=False)
+    assert not random_applies(plain, prefer_no_schedule=True)
+    assert not random_applies(prefers, prefer_no_schedule=False)

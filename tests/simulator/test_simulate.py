@@ -171,7 +171,7 @@ def test_policies_are_configs_through_the_same_validation() -> None:
         "IdleGpuAvoidance",
         "ScarceResourceAvoidance",
     ]
-    assert (shipped.priorityScale, shipped.tieBreak) == ("Candidates", {"mostAllocated": [GPU]})
+    assert (shipped.priorityScale, shipped.tieBreak) == ("Candidates", {"mostAllocated": [GPU], "random": True})
     assert shipped.filterReturns == "BestScored"
     assert base.tieBreak is None and policy_config(base, "random").tieBreak is None
     assert base.filterReturns == policy_config(base, "random").filterReturns == "Feasible"
@@ -327,9 +327,9 @@ def test_shipped_filter_passes_its_best_node_alone_and_kube_scheduler_takes_it_u
     first = asyncio.run(scheduler.schedule(pods[0]))
     assert asyncio.run(scheduler.schedule(pods[1])) == first  # the node with a GPU in use: packed
     decisions = list(scheduler.service.decisions)
-    # Two empty nodes tie: both pass and kube-scheduler asks /prioritize; then one node is best.
-    assert [d["verb"] for d in decisions] == ["filter", "prioritize", "bind", "filter", "bind"]
-    assert (decisions[3]["passed"], decisions[3]["feasible"]) == (1, 2)
+    # Two empty nodes tie: tieBreak.random passes one of them; then one node is best.
+    assert [d["verb"] for d in decisions] == ["filter", "bind", "filter", "bind"]
+    assert [(d["passed"], d["feasible"]) for d in decisions if d["verb"] == "filter"] == [(1, 2), (1, 2)]
 
 
 def _layout(body: bytes) -> bytes:
