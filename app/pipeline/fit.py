@@ -8,7 +8,6 @@ scoring stage of their own, so its weight combines with the others as in kube-sc
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -20,6 +19,7 @@ from app.http.wire import Candidates
 from app.pipeline.claim_devices import ClaimDevices
 from app.pipeline.framework import BindCycle, FilterCycle, Participant, Refusal
 from app.pipeline.nodes import CandidateNodes
+from app.pipeline.random_ties import RandomTies
 from scoring import priority_scale
 from scoring.best_scored import best_scored_batch
 from scoring.framework import MAX_EXTENDER_PRIORITY, NodeInfo, PodInfo, Status
@@ -27,15 +27,7 @@ from scoring.managed_fit import ManagedResourcesFit
 from scoring.priority_scale import PriorityScale
 from scoring.profile import Profile
 from scoring.table import Batch, BoolArray
-from scoring.tie_break import (
-    TieBreak,
-    asks_for_any,
-    chosen_batch,
-    lowest_name_batch,
-    most_allocated,
-    most_allocated_batch,
-    random_applies,
-)
+from scoring.tie_break import TieBreak, asks_for_any, lowest_name_batch, most_allocated, most_allocated_batch
 
 __all__ = ["ResourceFit"]
 
@@ -58,8 +50,7 @@ class ResourceFit(Participant):
         self.fit = fit
         self.scale = scale  # priorityScale: the profile's 0..100 node scores to /prioritize's 0..10
         self.tie_break = tie_break  # which of the best nodes keep the best priority (None: all)
-        # tieBreak.random's pick among names (the simulator passes its kube-scheduler's own rule).
-        self.choose = choose or random.Random().choice
+        self.random_ties = RandomTies(cache, choose)  # tieBreak.random's draw and its picks in flight
         self.claim_devices = ClaimDevices(cache.dra)  # what a pod's claims ask of extended resources
 
     # ------------------------------------------------------------------ filter
@@ -118,18 +109,9 @@ class ResourceFit(Participant):
         won = self._most_allocated(pod, candidates, batch, best)
         if self.tie_break.lowest_name and np.count_nonzero(won) > 1:
             won = lowest_name_batch(won, candidates.names)
-        elif (
-            self.tie_break.random
-            and np.count_nonzero(won) > 1
-            and random_applies(pod, self._prefer_no_schedule(candidates, won))
-        ):
-            won = chosen_batch(won, candidates.names, self.choose)
+        elif self.tie_break.random and np.count_nonzero(won) > 1:
+            won = self.random_ties.keep_one(pod, candidates.names, won)
         return won
-
-    def _prefer_no_schedule(self, candidates: Candidates, won: BoolArray) -> bool:
-        """Whether a node among ``won`` has a PreferNoSchedule taint (none in most clusters: no scan)."""
-        tainted = self.cache.prefer_no_schedule
-        return bool(tainted) and any(candidates.names[p] in tainted for p in won.nonzero()[0].tolist())
 
     def _most_allocated(self, pod: PodInfo, candidates: Candidates, batch: Batch | None, best: BoolArray) -> BoolArray:
         """Of the ``best`` candidates, those ``tieBreak.mostAllocated`` keeps."""

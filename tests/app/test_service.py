@@ -15,7 +15,7 @@ from app.cluster.snapshot import SnapshotBinder
 from app.cluster.writes import BindError
 from app.http import wire
 from app.service import ExtenderService
-from tests.conftest import bind_body, filter_answer, filter_body, make_service, node_obj, pod_obj
+from tests.conftest import bind_body, bind_pod, filter_answer, filter_body, make_service, node_obj, pod_obj
 
 
 def _filter(service: Any, pod: dict[str, Any], names: list[str]) -> dict[str, Any]:
@@ -445,9 +445,36 @@ def test_tie_break_at_random_follows_the_given_rule() -> None:
     """The pick is ``choose`` over the tied names in candidate order (the simulator hands its own)."""
     service = _random_tie_service([node_obj("n3"), node_obj("n2"), node_obj("n0")])
     seen: list[list[str]] = []
-    service.resources.choose = lambda names: seen.append(names) or names[-1]
+    service.resources.random_ties.choose = lambda names: seen.append(names) or names[-1]
     assert _filter(service, pod_obj("p", gpus=1), ["n3", "n0", "n2"])["NodeNames"] == ["n2"]
     assert seen == [["n3", "n2"]]
+
+
+def test_tie_break_at_random_keeps_filling_the_node_of_a_pick_still_in_flight() -> None:
+    """A pod drawn onto an empty node whose /bind has not come yet: the next pods that tie draw among
+    the nodes holding such picks (as kube-scheduler's MostAllocated, which counts its assumed pods,
+    would have them), until the pick is bound or TTL_SECONDS old."""
+    from app.pipeline.random_ties import TTL_SECONDS
+
+    now = [100.0]
+    service = _random_tie_service([node_obj(f"e{i}") for i in range(4)])
+    service.cache.clock = lambda: now[0]
+    names = [f"e{i}" for i in range(4)]
+    first = pod_obj("first", gpus=1)
+    (picked,) = _filter(service, first, names)["NodeNames"]
+    for i in range(20):  # not bound yet: every later pod is drawn onto the same node
+        assert _filter(service, pod_obj(f"next{i}", gpus=1), names)["NodeNames"] == [picked]
+    now[0] += TTL_SECONDS + 1  # kube-scheduler never bound them: the picks stop counting
+    drawn = set()
+    for i in range(40):
+        now[0] += TTL_SECONDS + 1
+        drawn.update(_filter(service, pod_obj(f"late{i}", gpus=1), names)["NodeNames"])
+    assert len(drawn) > 1
+    now[0] += TTL_SECONDS + 1  # the late picks gone: only the first pod's new pick is in flight
+    (picked,) = _filter(service, first, names)["NodeNames"]
+    assert service.resources.random_ties._inflight("other") == {picked}
+    assert bind_pod(service, first, picked)["Error"] == ""  # bound: counted, so no longer in flight
+    assert service.resources.random_ties._inflight("other") == set()
 
 
 def test_tie_break_at_random_leaves_soft_preferences_to_kube_scheduler() -> None:
@@ -538,7 +565,7 @@ def test_best_scored_answer_is_the_top_of_prioritize_over_the_feasible_nodes(
     for mode in ("Feasible", "BestScored"):
         config = {**extender_config(), "filterReturns": mode, "managedResources": ["nvidia.com/gpu", "cpu", "memory"]}
         service = make_service(objs, running, config)
-        service.resources.choose = min  # tieBreak.random: the same pick in both services
+        service.resources.random_ties.choose = min  # tieBreak.random: the same pick in both services
         answers[mode] = (_filter(service, pod, names), service)
     (feasible, service), (best, _) = answers["Feasible"], answers["BestScored"]
     if len(feasible["NodeNames"]) <= 1:
