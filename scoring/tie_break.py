@@ -82,7 +82,9 @@ class TieBreak:
             raise ArgsError(f"{path}: set at most one of 'lowestName' and 'random' (each keeps a single node)")
         if "mostAllocated" not in raw:
             if not (lowest or random):
-                raise ArgsError(f"{path}: set 'mostAllocated', 'lowestName: true', 'random: true' or one with it")
+                raise ArgsError(
+                    f"{path}: set 'mostAllocated', 'lowestName: true' or 'random: true', or one of them with it"
+                )
             return cls((), lowest, random)
         names = raw.get("mostAllocated")
         if not isinstance(names, list) or not names:

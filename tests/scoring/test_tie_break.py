@@ -59,8 +59,11 @@ def test_no_key_for_a_pod_that_asks_for_none_of_the_resources() -> None:
         ({"mostAllocated": ["cpu"]}, "tieBreak.mostAllocated[0]: 'cpu' is not a device resource"),
         ({"mostAllocated": [GPU, GPU]}, "tieBreak.mostAllocated[1]: duplicate resource name"),
         ({"mostAllocated": [GPU], "leastAllocated": [GPU]}, "tieBreak: unknown field(s) ['leastAllocated']"),
-        ({}, "tieBreak: set 'mostAllocated', 'lowestName: true', 'random: true' or one with it"),
-        ({"lowestName": False}, "tieBreak: set 'mostAllocated', 'lowestName: true', 'random: true' or one with it"),
+        ({}, "tieBreak: set 'mostAllocated', 'lowestName: true' or 'random: true', or one of them with it"),
+        (
+            {"lowestName": False},
+            "tieBreak: set 'mostAllocated', 'lowestName: true' or 'random: true', or one of them with it",
+        ),
         ({"lowestName": "yes"}, "tieBreak.lowestName: must be true or false, got 'yes'"),
     ],
 )
@@ -131,7 +134,7 @@ def test_random_alone_or_after_most_allocated() -> None:
     for raw, message in (
         ({"lowestName": True, "random": True}, "tieBreak: set at most one of 'lowestName' and 'random'"),
         ({"random": 1}, "tieBreak.random: must be true or false, got 1"),
-        ({"random": False}, "tieBreak: set 'mostAllocated', 'lowestName: true', 'random: true'"),
+        ({"random": False}, "tieBreak: set 'mostAllocated', 'lowestName: true' or 'random: true'"),
     ):
         with pytest.raises(ArgsError) as error:
             TieBreak.parse(raw)
