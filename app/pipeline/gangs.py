@@ -188,7 +188,12 @@ class Gangs(Participant):
 
     def _reject(self, cycle: FilterCycle, group: GangGroup, reason: str, code: Code) -> None:
         cycle.verdicts.set_many(cycle.passing(), Status(code, reason))
-        self._decide(group, "waiting" if code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE else "unschedulable", reason)
+        outcome = "waiting" if code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE else "unschedulable"
+        if outcome == "unschedulable" and self.last.get(group.key, ("",))[0] == "waiting":
+            # Every member exists now, but the group does not fit. The members rejected while it waited
+            # still say so, in kube-scheduler's unschedulable pool: the requeuer asks it to retry them.
+            self.cache.freed.notify()
+        self._decide(group, outcome, reason)
 
     # ------------------------------------------------------------------ planning
     def _members(self, group: GangGroup, pod: PodInfo) -> tuple[list[PodInfo], dict[str, str]]:

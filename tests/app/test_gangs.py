@@ -178,6 +178,27 @@ def test_a_required_rack_too_small_everywhere_is_a_reason_in_numbers() -> None:
     }
 
 
+def test_members_rejected_while_waiting_are_retried_once_the_group_is_whole_but_does_not_fit() -> None:
+    """The first member waits for the rest; when the last arrives and the group does not fit, the
+    requeuer is woken (cache.freed) so kube-scheduler retries the first one and shows the new reason."""
+    nodes = [racked(f"a{i}", "a") for i in range(2)] + [racked(f"b{i}", "b") for i in range(2)]
+    names = [n["metadata"]["name"] for n in nodes]
+    gang = [member("big", i) for i in range(3)]
+    service = service_with(nodes, [podgroup("big", 3, topology=RACK)], gang[:1])
+    assert reasons(service, gang[0], names) == {"gang default/big: 1 of 3 members exist; waiting for the rest"}
+    before = service.cache.freed.version
+    assert reasons(service, gang[0], names) == {"gang default/big: 1 of 3 members exist; waiting for the rest"}
+    assert service.cache.freed.version == before  # still waiting: nothing to retry
+    for pod in gang[1:]:
+        service.cache.upsert_pod(pod_from_obj(pod))
+    too_small = "gang default/big: 3 x 8 nvidia.com/gpu in one example.com/rack; the freest example.com/rack has 16"
+    assert all(r.startswith(too_small) for r in reasons(service, gang[1], names))
+    after = service.cache.freed.version
+    assert after != before
+    reasons(service, gang[2], names)
+    assert service.cache.freed.version == after  # once, not on every rejection
+
+
 def test_kueue_topology_annotations_and_pod_group_size() -> None:
     nodes = [racked(f"a{i}", "a") for i in range(2)] + [racked(f"b{i}", "b") for i in range(3)]
     names = [n["metadata"]["name"] for n in nodes]
