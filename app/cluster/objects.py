@@ -172,6 +172,7 @@ def pod_from_obj(obj: Mapping[str, Any]) -> PodInfo:
         raise ObjectError(f"Pod {namespace}/{name}: status must be an object")
     phase = status.get("phase", "")
     priority = spec.get("priority") or 0
+    controller = _controller(metadata.get("ownerReferences"))
     try:
         claims, claims_pending = _pod_claims(f"{namespace}/{name}", spec, status)
     except (AttributeError, TypeError) as exc:
@@ -190,8 +191,8 @@ def pod_from_obj(obj: Mapping[str, Any]) -> PodInfo:
         extended_claim=_extended_claim(status),
         queue_labels=_queue_labels(metadata.get("labels")),
         admitted_at=_admitted_at(metadata, spec, status),
-        owner_uid=_controller_uid(metadata.get("ownerReferences")),
-        soft_preferences=soft_preferences(spec, _controller_kind(metadata.get("ownerReferences"))),
+        owner_uid=str(controller.get("uid") or ""),  # what a Kueue Workload names as its owner
+        soft_preferences=soft_preferences(spec, str(controller.get("kind") or "")),
         terminating=bool(metadata.get("deletionTimestamp")),
         resource_version=str(metadata.get("resourceVersion") or ""),
         **_group_fields(namespace, metadata, spec, obj),
@@ -233,20 +234,12 @@ def _admitted_at(metadata: Mapping[str, Any], spec: Mapping[str, Any], status: M
     return at if at is not None else 0.0
 
 
-def _controller_kind(refs: Any) -> str:
-    """The kind of the pod's controller, "" for none."""
+def _controller(refs: Any) -> Mapping[str, Any]:
+    """The pod's controller reference (a Job, a JobSet, a ReplicaSet...), {} for none."""
     for ref in refs if isinstance(refs, list) else ():
         if isinstance(ref, Mapping) and ref.get("controller"):
-            return str(ref.get("kind") or "")
-    return ""
-
-
-def _controller_uid(refs: Any) -> str:
-    """The UID of the pod's controller (a Job, a JobSet...): what a Kueue Workload names as its owner."""
-    for ref in refs if isinstance(refs, list) else ():
-        if isinstance(ref, Mapping) and ref.get("controller") and ref.get("uid"):
-            return str(ref["uid"])
-    return ""
+            return ref
+    return {}
 
 
 KUEUE_POD_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
