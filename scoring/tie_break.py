@@ -176,8 +176,8 @@ def chosen_batch(
     at = best.nonzero()[0].tolist()
     won = np.zeros(len(best), dtype=np.bool_)
     if at:
-        picked = choose(list(map(names.__getitem__, at)))
-        won[next(index for index in at if names[index] == picked)] = True
+        among = list(map(names.__getitem__, at))
+        won[at[among.index(choose(among))]] = True
     return won
 
 

@@ -110,7 +110,8 @@ class ResourceFit(Participant):
         if self.tie_break.lowest_name and np.count_nonzero(won) > 1:
             won = lowest_name_batch(won, candidates.names)
         elif self.tie_break.random and np.count_nonzero(won) > 1:
-            won = self.random_ties.keep_one(pod, candidates.names, won)
+            rows = batch.rows if batch is not None and batch.all_known else None
+            won = self.random_ties.keep_one(pod, candidates.names, won, rows)
         return won
 
     def _most_allocated(self, pod: PodInfo, candidates: Candidates, batch: Batch | None, best: BoolArray) -> BoolArray:

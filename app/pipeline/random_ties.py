@@ -16,6 +16,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 from app.cluster.cache import ClusterCache
 from scoring.framework import PodInfo
@@ -34,16 +35,24 @@ class RandomTies:
         self.choose = choose or random.Random().choice  # the simulator passes its kube-scheduler's pick
         self._picks: OrderedDict[str, tuple[str, float]] = OrderedDict()  # pod uid -> (node, when)
 
-    def keep_one(self, pod: PodInfo, names: Sequence[str], won: BoolArray) -> BoolArray:
-        """Of the tied ``won`` positions, the one drawn (all of them where ``random_applies`` says no)."""
+    def keep_one(
+        self, pod: PodInfo, names: Sequence[str], won: BoolArray, rows: npt.NDArray[np.intp] | None = None
+    ) -> BoolArray:
+        """Of the tied ``won`` positions, the one drawn (all of them where ``random_applies`` says no);
+        ``rows``: the node table's row of every position, when all are known (no scan of the ties)."""
         if not random_applies(pod, self._prefer_no_schedule(names, won)):
             return won
         inflight = self._inflight(pod.uid)
         if inflight:
-            held = [p for p in won.nonzero()[0].tolist() if names[p] in inflight]
-            if held:
-                won = np.zeros(len(won), dtype=np.bool_)
-                won[held] = True
+            if rows is not None:
+                table = self.cache.table
+                marked = np.zeros(len(table.stamps), dtype=np.bool_)
+                marked[[table.index[n] for n in inflight if n in table.index]] = True
+                held = won & marked[rows]
+            else:
+                held = won & np.fromiter((n in inflight for n in names), np.bool_, len(names))
+            if held.any():
+                won = held
         kept = chosen_batch(won, names, self.choose) if np.count_nonzero(won) > 1 else won
         self._picks[pod.uid] = (names[int(kept.nonzero()[0][0])], self.cache.clock())
         self._picks.move_to_end(pod.uid)

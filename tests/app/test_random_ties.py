@@ -1,0 +1,37 @@
+"""tieBreak.random's picks in flight: found by the node table's rows or, without them, by name."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from app.cluster.cache import ClusterCache
+from app.cluster.objects import node_from_obj, pod_from_obj
+from app.pipeline.random_ties import RandomTies
+from tests.conftest import node_obj, pod_obj
+
+NAMES = ["n0", "n1", "n2", "n3"]
+
+
+def _ties(choose: Callable[[list[str]], str] = max) -> RandomTies:
+    cache = ClusterCache(clock=lambda: 100.0)
+    cache.replace_nodes(node_from_obj(node_obj(n)) for n in reversed(NAMES))  # rows in another order
+    return RandomTies(cache, choose)
+
+
+def test_a_pick_in_flight_is_followed_with_and_without_rows() -> None:
+    for with_rows in (True, False):
+        ties = _ties()
+        table = ties.cache.table
+        rows = np.array([table.index[n] for n in NAMES], dtype=np.intp) if with_rows else None
+        every = np.ones(len(NAMES), dtype=np.bool_)
+        first = ties.keep_one(pod_from_obj(pod_obj("a", gpus=1)), NAMES, every, rows)
+        assert first.tolist() == [False, False, False, True]  # max: n3
+        without_n3 = np.array([True, True, True, False])
+        second = ties.keep_one(pod_from_obj(pod_obj("b", gpus=1)), NAMES, without_n3, rows)
+        assert second.tolist() == [False, False, True, False]  # n3 is not tied: the plain pick, n2
+        # n3 and n2 both hold a pick in flight now; the draw stays among them
+        ties.choose = min
+        kept = ties.keep_one(pod_from_obj(pod_obj("c", gpus=1)), NAMES, every, rows)
+        assert kept.tolist() == [False, False, True, False]
