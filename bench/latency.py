@@ -10,7 +10,9 @@ extender;dur=<ms>``, the handler's time from the request reaching the app throug
 encoded. The targets (issue 15) apply to those: 1.5 ms at 5,000 names, 4 ms at 15,000, 10 ms for
 1,000 full Nodes. The ``healthz`` row is a request through the ASGI app whose handler does nothing;
 ``--floor`` adds ``floor`` rows, the same requests against ``bench.latency_floor``, which only sends
-back the extender's answers: what the protocol and the client cost at those sizes.
+back the extender's answers: what the protocol and the client cost at those sizes. ``--reorder N``
+sends the names in N orders, as kube-scheduler lists them anew for each pod (one order repeated lets
+the extender reuse the rows it found for the last list).
 
 ``--queues`` adds what the issue's queue target is about (50 ClusterQueues in 5 cohorts, 4 weighted
 flavors): nodes get a ``gpu-type`` flavor label, bound GPU pods and the benchmark pods a queue, and
@@ -38,7 +40,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
@@ -50,7 +52,7 @@ import yaml
 from bench.cluster import build_cluster, encode, write_cluster
 from bench.latency_floor import answer_key
 from bench.latency_queues import QUEUES_ADDED_TARGET_MS, label_for_queues, queue_config, queued
-from bench.request_bodies import filter_body_names, filter_body_nodes, pending_pods
+from bench.request_bodies import filter_body_names, filter_body_nodes, pending_pods, reordered
 from tests.e2e.process import stop_children_on_sigterm
 
 REPO = Path(__file__).resolve().parents[1]
@@ -285,6 +287,7 @@ class Options:
     queues: bool = False
     shipped: bool = False
     floor: bool = False
+    reorder: int = 1
 
 
 def run_case(mode: str, n: int, options: Options, workdir: Path) -> list[Row]:
@@ -311,7 +314,8 @@ def run_case(mode: str, n: int, options: Options, workdir: Path) -> list[Row]:
         del cluster, node_objects
     else:
         names = write_cluster(snapshot, n, options.seed, edit)
-        bodies = [encode(filter_body_names(pod, names)) for pod in pods]
+        orders = reordered(names, options.reorder, options.seed)
+        bodies = [encode(filter_body_names(pod, order)) for order in orders for pod in pods]
     size_mib, body_kib = snapshot.stat().st_size / 2**20, len(bodies[0]) / 1024
     print(f"[{label} {n}] snapshot {size_mib:.0f} MiB, body {body_kib:.0f} KiB, took {time.monotonic() - began:.1f}s")
     target = target_ms(mode, n, options.queues)
@@ -468,14 +472,21 @@ def main(argv: list[str] | None = None) -> int:
         help="also time the verbs against bench.latency_floor, a server that only sends back the extender's "
         "answers: what the protocol and the client cost at these sizes",
     )
+    parser.add_argument(
+        "--reorder",
+        type=int,
+        default=1,
+        help="cache mode: send the candidate names in N orders (the first as generated, the others shuffled), "
+        "as kube-scheduler lists them anew for each pod; 1 repeats one list",
+    )
     parser.add_argument("--json", help="also write the rows and the machine to this file")
     args = parser.parse_args(argv)
     stop_children_on_sigterm()  # stopped by its PID, it still stops the extender it started
     if args.queues and args.shipped:
         parser.error("--queues and --shipped are separate configurations: choose one")
-    options = Options(
-        args.requests, args.warmup, args.seed, args.ready_timeout, args.client, args.queues, args.shipped, args.floor
-    )
+    if args.reorder < 1:
+        parser.error("--reorder: at least 1")
+    options = Options(**{f.name: getattr(args, f.name) for f in fields(Options)})
     plan = [("names", int(s)) for s in args.sizes.split(",") if s.strip()]
     plan += [("nodelist", int(s)) for s in args.nodelist.split(",") if s.strip()]
     load1 = os.getloadavg()[0]

@@ -6,7 +6,15 @@ import random
 
 from bench.cluster import GPU, IMAGE_REPOS, Obj, container_spec, name_suffix, random_uid
 
-__all__ = ["PENDING_KINDS", "bind_body", "filter_body_names", "filter_body_nodes", "pending_pod", "pending_pods"]
+__all__ = [
+    "PENDING_KINDS",
+    "bind_body",
+    "filter_body_names",
+    "filter_body_nodes",
+    "pending_pod",
+    "pending_pods",
+    "reordered",
+]
 
 PENDING_KINDS = ("gpu-1", "gpu-2", "gpu-8", "cpu")
 _PENDING = {
@@ -73,6 +81,17 @@ def pending_pods() -> list[Obj]:
 def filter_body_names(pod: Obj, names: list[str]) -> Obj:
     """ExtenderArgs with ``nodeCacheCapable: true``: names only, the unused key null."""
     return {"Pod": pod, "Nodes": None, "NodeNames": names}
+
+
+def reordered(names: list[str], count: int, seed: int) -> list[list[str]]:
+    """``count`` candidate lists: ``names`` as given, then shuffled copies (seeded). kube-scheduler's
+    parallel filter lists the feasible nodes in a new order for each pod, so the extender cannot
+    reuse the rows it found for the last list."""
+    rng = random.Random(seed)
+    orders = [names]
+    for _ in range(count - 1):
+        orders.append(rng.sample(names, len(names)))
+    return orders
 
 
 def filter_body_nodes(pod: Obj, nodes: list[Obj]) -> Obj:
