@@ -140,8 +140,8 @@ def test_a_tie_costs_one_round_trip_unless_the_pod_has_soft_preferences(group: G
     one of them, and kube-scheduler binds the pod there without scoring or calling /prioritize. A pod
     with a preferred anti-affinity to it keeps the tie: every tied node passes, kube-scheduler asks
     /prioritize and its own InterPodAffinity score sends the pod away from the first one."""
-    for suffix in ("a", "b", "c"):
-        group.node(suffix, gpus=None)
+    for suffix in ("a", "b", "c"):  # the hostname label kubelet would set: the anti-affinity's topology
+        group.node(suffix, gpus=None, labels={"kubernetes.io/hostname": f"{group.name}-{suffix}"})
     group.pod("tied", labels={"app": "spread"})
     (first_node,) = group.wait_bound("tied").values()
     assert _verbs(group, "tied") == ["filter", "bind"]
