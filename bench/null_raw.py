@@ -8,7 +8,11 @@ one prebuilt write) and no HTTP client library (the Binding is one write on a ke
 connection, its answer read by httptools). It checks nothing and keeps nothing; a failure is the
 API server's message in ``Error``.
 
-    python -m bench.null_raw --kubeconfig extender.kubeconfig --port 8888
+With ``--watch-pods`` (the ``extender-null-raw-watch`` phase) it also keeps open the pod watch the
+extender's cache keeps (the same selection, JSON, bookmarks), reads its events and drops them
+undecoded: what any extender that keeps a pod cache costs the API server and the machine, at least.
+
+    python -m bench.null_raw --kubeconfig extender.kubeconfig --port 8888 [--watch-pods]
 """
 
 from __future__ import annotations
@@ -16,14 +20,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import ssl
-from typing import Any
-from urllib.parse import urlsplit
+from typing import Any, cast
+from urllib.parse import urlencode, urlsplit
 
 import httptools
 import msgspec
 import uvloop
 
 from app.cluster.kube import KubeClient
+from app.cluster.reflector import pod_resource
 from bench.raw_http import HttpRequestProtocol
 
 _args = msgspec.json.Decoder(dict[str, Any])
@@ -54,17 +59,17 @@ class _Response:
 class ApiConnections:
     """Kept-alive TLS connections to the API server, one request at a time on each."""
 
-    def __init__(self, host: str, port: int, context: ssl.SSLContext, authorization: str) -> None:
+    def __init__(self, host: str, port: int, context: ssl.SSLContext | None, authorization: str) -> None:
         self.host, self.port, self.context = host, port, context
         self.authorization = authorization.encode()
         self.idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
 
-    async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+    async def post(self, path: str, body: bytes, method: bytes = b"POST") -> tuple[int, bytes]:
         reader, writer = self.idle.pop() if self.idle else await self._open()
         head = (
-            b"POST %s HTTP/1.1\r\nHost: %s\r\nAuthorization: %s\r\nContent-Type: application/json\r\n"
+            b"%s %s HTTP/1.1\r\nHost: %s\r\nAuthorization: %s\r\nContent-Type: application/json\r\n"
             b"Accept: application/json\r\nContent-Length: %d\r\n\r\n"
-            % (path.encode(), self.host.encode(), self.authorization, len(body))
+            % (method, path.encode(), self.host.encode(), self.authorization, len(body))
         )
         writer.write(head + body)
         response = _Response()
@@ -130,15 +135,72 @@ class NullProtocol(HttpRequestProtocol):
             self.transport.write(_answer(body))
 
 
-async def serve(kubeconfig: str, port: int) -> None:
+class PodWatch(asyncio.Protocol):
+    """The extender's pod watch on one TLS connection, its events read and dropped. Once the
+    connection ends (the server's timeout) it is opened again, from the current state."""
+
+    def __init__(self, request: bytes, received: list[int]) -> None:
+        self.request = request
+        self.received = received  # bytes read, over every connection
+        self.ended = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        cast(asyncio.Transport, transport).write(self.request)
+
+    def data_received(self, data: bytes) -> None:
+        self.received[0] += len(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.ended.done():
+            self.ended.set_result(None)
+
+
+def watch_request(host: str, authorization: str, resource_version: str) -> bytes:
+    """The GET of the extender's pod watch (``app.cluster.kube.KubeClient.watch`` on ``pod_resource``)."""
+    query = urlencode(
+        {
+            "watch": "1",
+            "resourceVersion": resource_version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": "300",
+            "fieldSelector": pod_resource.field_selector,
+        }
+    )
+    return (
+        f"GET {pod_resource.path}?{query} HTTP/1.1\r\nHost: {host}\r\nAuthorization: {authorization}\r\n"
+        "Accept: application/json\r\n\r\n"
+    ).encode()
+
+
+async def watch_pods(api: ApiConnections, received: list[int] | None = None) -> None:
+    """Keep the pod watch open until cancelled, each time from a one-item list's resourceVersion (as
+    the extender's reflector watches from its list's); ``received[0]`` counts the bytes read."""
+    loop, received = asyncio.get_running_loop(), received if received is not None else [0]
+    listing = f"{pod_resource.path}?{urlencode({'limit': '1', 'fieldSelector': pod_resource.field_selector})}"
+    authorization = api.authorization.decode()
+    while True:
+        status, body = await api.post(listing, b"", b"GET")
+        if status != 200:
+            raise ConnectionError(f"listing pods: {status} {body[:200]!r}")
+        version = str(_args.decode(body).get("metadata", {}).get("resourceVersion", ""))
+        watch = PodWatch(watch_request(api.host, authorization, version), received)
+        await loop.create_connection(lambda watch=watch: watch, api.host, api.port, ssl=api.context)
+        await watch.ended
+
+
+async def serve(kubeconfig: str, port: int, watch: bool = False) -> None:
     # The project's kubeconfig loader for the server, CA and token; nothing else of its client.
     client = KubeClient.from_kubeconfig(kubeconfig)
     url = urlsplit(client.base_url)
     authorization = dict(client._headers() or {}).get("authorization", "")
     context = client._ssl
     assert isinstance(context, ssl.SSLContext), "the bench's API server is HTTPS"
-    api = ApiConnections(url.hostname or "127.0.0.1", url.port or 443, context, authorization)
+    host, api_port = url.hostname or "127.0.0.1", url.port or 443
+    api = ApiConnections(host, api_port, context, authorization)
     loop = asyncio.get_running_loop()
+    if watch:
+        watcher = loop.create_task(watch_pods(api))
+        _BINDS.add(watcher)  # kept referenced while the server runs
     server = await loop.create_server(lambda: NullProtocol(api), "127.0.0.1", port)
     await server.serve_forever()
 
@@ -147,8 +209,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kubeconfig", required=True)
     parser.add_argument("--port", type=int, default=8888)
+    parser.add_argument("--watch-pods", action="store_true", help="keep the extender's pod watch open")
     args = parser.parse_args()
-    uvloop.run(serve(args.kubeconfig, args.port))
+    uvloop.run(serve(args.kubeconfig, args.port, args.watch_pods))
 
 
 if __name__ == "__main__":

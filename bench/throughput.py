@@ -16,12 +16,17 @@ CPU-only), then in each round, one after the other on the same cluster:
   ``bench.null_extender`` (passes the first candidate, binds, nothing else): what the extender
   protocol costs kube-scheduler and the API server, which no extender can avoid; with
   ``extender-null-raw`` also behind ``bench.null_raw``, the same null extender without a web framework
-  or an HTTP client library (a check that the floor is itself as cheap as the protocol allows);
+  or an HTTP client library (a check that the floor is itself as cheap as the protocol allows), and
+  with ``extender-null-raw-watch`` that one keeping the extender's pod watch open (the floor of any
+  extender that keeps a pod cache);
 * with ``--extra-phase extender-null-filter``, the shipped extender whose /filter answers the first
   candidate without scoring (``bench.extender_null_filter``): its HTTP server, watches, /bind and
   bookkeeping alone, between the null extenders and the shipped extender; with ``extender-unscored``
   the shipped extender whose /filter does all its work but keeps the first node that passes instead
   of scoring them (``bench.extender_unscored``): the most any cheaper scoring could reach.
+
+Odd rounds run the phases in reverse order (``--order alternate``, the default): each phase ages the
+cluster for the next, and the extender phase should not always run on the oldest one.
 
 Each round also prints the ratio a zero-cost extender could reach when the cores are the limit:
 every process's CPU seconds per pod in the baseline over those of the extender phase without the
@@ -59,6 +64,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -70,7 +76,15 @@ import yaml
 from bench import apiserver_work
 from bench.plane import GPU, add_nodes, bulk, cpu_seconds
 from bench.pprof import SCHEDULER_FLAGS, capture
-from bench.throughput_report import UNSCORED, null_ratios
+from bench.throughput_phases import (
+    EXTENDER_MODULES,
+    EXTRA_PHASE_HELP,
+    EXTRA_PHASES,
+    NULL_EXTENDERS,
+    ORDERS,
+    phase_order,
+)
+from bench.throughput_report import null_ratios
 from bench.verb_latency import verb_latencies
 from tests.e2e.api import pod_manifest
 from tests.e2e.binaries import REPO, locate_binaries
@@ -234,32 +248,11 @@ def baseline_scheduler_config(path: Path) -> Path:
     return path
 
 
-EXTRA_PHASES = (
-    "baseline-nobatching",
-    "baseline-go-shipped",
-    "extender-go-defaults",
-    "extender-sampled",
-    "extender-feasible",
-    "extender-failures-always",
-    "extender-ties-to-scheduler",
-    "extender-null",
-    "extender-null-raw",
-    "extender-null-filter",
-    UNSCORED,
-)
-NULL_EXTENDERS = {"extender-null": "bench.null_extender", "extender-null-raw": "bench.null_raw"}
-# Phases that run the extender with one verb replaced (the module's docstring says which).
-EXTENDER_MODULES = {
-    "extender-null-filter": "bench.extender_null_filter",
-    UNSCORED: "bench.extender_unscored",
-}
-
-
-def start_null_extender(plane: ControlPlane, module: str) -> Extender:
-    """A null extender (``bench.null_extender`` or ``bench.null_raw``) in the extender's place (same
-    ServiceAccount, same process slot)."""
+def start_null_extender(plane: ControlPlane, module: str, options: Sequence[str] = ()) -> Extender:
+    """A null extender (``bench.null_extender`` or ``bench.null_raw``, with ``options``) in the
+    extender's place (same ServiceAccount, same process slot)."""
     port = free_port()
-    argv = [sys.executable, "-m", module, "--kubeconfig", str(plane.extender_kubeconfig())]
+    argv = [sys.executable, "-m", module, *options, "--kubeconfig", str(plane.extender_kubeconfig())]
     log = plane.workdir / "logs" / f"{module.rsplit('.', 1)[1]}.log"
     proc = Proc("extender", [*argv, "--port", str(port)], log, env={"PYTHONPATH": str(REPO)})
     plane.procs["extender"] = proc.start()
@@ -321,23 +314,19 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         default=[],
         choices=EXTRA_PHASES,
-        help="also run: kube-scheduler alone without opportunistic batching; kube-scheduler alone with deploy/'s Go "
-        "runtime settings (GOGC, GOMEMLIMIT); the shipped configuration with kube-scheduler on Go's defaults; "
-        "the shipped profile with "
-        "kube-scheduler's default percentageOfNodesToScore (the extender sees a sample of the nodes); the shipped "
-        "configuration with filterReturns: Feasible; the shipped configuration with filterFailures: Always; "
-        "the shipped configuration with tieBreak.random off (equally scored nodes all pass; kube-scheduler scores "
-        "them and calls /prioritize); "
-        "kube-scheduler with the shipped profile behind bench.null_extender (passes the first candidate, binds); "
-        "the same behind bench.null_raw, a second null extender without web framework or HTTP client library; "
-        "the shipped extender with a null /filter (bench.extender_null_filter: its machinery without scoring); "
-        "the shipped extender whose /filter keeps the first node that passes instead of the best scored "
-        "(bench.extender_unscored: the bound for any scoring speed-up)",
+        help=EXTRA_PHASE_HELP,
     )
     parser.add_argument(
         "--pprof",
         help=f"directory for a CPU profile of kube-scheduler over the first {PPROF_SECONDS} s of each phase "
         "(read them with python -m bench.pprof)",
+    )
+    parser.add_argument(
+        "--order",
+        choices=ORDERS,
+        default="alternate",
+        help="alternate: every other round runs its phases in reverse order, so that no phase always runs "
+        "on the cluster the others have aged (default); fixed: baseline, the extra phases, extender in every round",
     )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", help="write the results here")
@@ -366,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
         watch = BindWatch(plane)
         for round_index in range(args.rounds):
             phases = {}
-            for name in ("baseline", *args.extra_phase, "extender"):
+            for name in phase_order(args.extra_phase, round_index, args.order):
                 started = time.time()
                 qps = args.scheduler_qps or None
                 if name.startswith("baseline"):
@@ -384,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
                         config["tieBreak"] = {**config["tieBreak"], "random": False}
                     null = NULL_EXTENDERS.get(name)
                     if null:
-                        extender = start_null_extender(plane, null)
+                        extender = start_null_extender(plane, *null)
                     else:
                         module = EXTENDER_MODULES.get(name, "app.cli")
                         extender = plane.start_extender(config, module=module)

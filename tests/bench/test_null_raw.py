@@ -3,13 +3,17 @@ null extender does (its /bind needs an API server: bench.throughput's extender-n
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
+import urllib.parse
 from collections.abc import Iterator
 from typing import Any, cast
 
 import pytest
 
+from app.cluster.reflector import pod_resource
+from bench import null_raw
 from bench.null_raw import ApiConnections, NullProtocol
 from tests.bench.protocol_server import serving
 
@@ -37,3 +41,48 @@ def test_filter_passes_the_first_candidate_and_prioritize_scores_zero(port: int)
         assert _post(connection, "/prioritize", args) == [{"Host": n, "Score": 0} for n in ("b", "a", "c")]
     finally:
         connection.close()
+
+
+def test_the_pod_watch_lists_then_watches_as_the_extender_does_and_opens_again_when_the_server_ends_it() -> None:
+    async def run() -> tuple[list[bytes], int]:
+        requests: list[bytes] = []
+        reconnected = asyncio.Event()
+        listed = json.dumps({"kind": "PodList", "metadata": {"resourceVersion": "42"}, "items": []}).encode()
+
+        async def api(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            while True:  # one connection may carry several lists (kept alive)
+                request = await reader.readuntil(b"\r\n\r\n")
+                requests.append(request)
+                if b"watch=1" not in request:
+                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(listed), listed))
+                    continue
+                if sum(b"watch=1" in r for r in requests) == 2:
+                    reconnected.set()
+                    return
+                writer.write(b"HTTP/1.1 200 OK\r\n\r\n" + b"x" * 1000)  # then the server's timeout ends it
+                await writer.drain()
+                writer.close()
+                return
+
+        server = await asyncio.start_server(api, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        received = [0]
+        connections = ApiConnections("127.0.0.1", port, None, "Bearer t")
+        watcher = asyncio.create_task(null_raw.watch_pods(connections, received))
+        await asyncio.wait_for(reconnected.wait(), 10)
+        watcher.cancel()
+        server.close()
+        return requests, received[0]
+
+    requests, received = asyncio.run(run())
+    assert received == len(b"HTTP/1.1 200 OK\r\n\r\n") + 1000
+    kinds = ["watch" if b"watch=1" in r else "list" for r in requests]
+    assert kinds == ["list", "watch", "list", "watch"]
+    line, *headers = requests[1].decode().split("\r\n")
+    method, target, _ = line.split(" ")
+    path, _, query = target.partition("?")
+    assert (method, path) == ("GET", pod_resource.path)
+    params = urllib.parse.parse_qs(query)
+    assert params["watch"] == ["1"] and params["resourceVersion"] == ["42"]
+    assert params["fieldSelector"] == [pod_resource.field_selector]
+    assert "Authorization: Bearer t" in headers and "Accept: application/json" in headers

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.throughput import NULL_EXTENDERS
+from bench.throughput_phases import NULL_EXTENDERS, phase_order
 from bench.throughput_report import NULL_TARGET, null_ratios
 
 
@@ -38,3 +38,11 @@ def test_an_unscored_phase_in_every_round_gets_its_bound_beside_each_verdict() -
     lines = null_ratios(rounds, NULL_EXTENDERS)
     assert lines[1].endswith("0.80 / 0.70 (target 0.9 in every round: missed)")
     assert lines[2] == "extender-unscored / extender-null: 0.88 / 0.85 (no scoring: what no cheaper scoring can exceed)"
+
+
+def test_alternate_rounds_run_the_phases_in_reverse_so_none_always_runs_on_the_oldest_cluster() -> None:
+    extra = ["extender-null-raw", "extender-null-filter"]
+    first, second, third = (phase_order(extra, index) for index in range(3))
+    assert first == ["baseline", *extra, "extender"] == third
+    assert second == first[::-1]
+    assert phase_order(extra, 1, "fixed") == first

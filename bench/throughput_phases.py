@@ -1,0 +1,65 @@
+"""The phases of ``bench.throughput``: which can run besides baseline and extender, what each runs,
+and their order in a round."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from bench.throughput_report import UNSCORED
+
+__all__ = ["EXTENDER_MODULES", "EXTRA_PHASES", "EXTRA_PHASE_HELP", "NULL_EXTENDERS", "ORDERS", "phase_order"]
+
+EXTRA_PHASES = (
+    "baseline-nobatching",
+    "baseline-go-shipped",
+    "extender-go-defaults",
+    "extender-sampled",
+    "extender-feasible",
+    "extender-failures-always",
+    "extender-ties-to-scheduler",
+    "extender-null",
+    "extender-null-raw",
+    "extender-null-raw-watch",
+    "extender-null-filter",
+    UNSCORED,
+)
+# Null extender phases: module and arguments.
+NULL_EXTENDERS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "extender-null": ("bench.null_extender", ()),
+    "extender-null-raw": ("bench.null_raw", ()),
+    "extender-null-raw-watch": ("bench.null_raw", ("--watch-pods",)),
+}
+# Phases that run the extender with one verb replaced (the module's docstring says which).
+EXTENDER_MODULES = {
+    "extender-null-filter": "bench.extender_null_filter",
+    UNSCORED: "bench.extender_unscored",
+}
+
+
+ORDERS = ("alternate", "fixed")
+
+
+def phase_order(extra: Sequence[str], round_index: int, order: str = "alternate") -> list[str]:
+    """The phases of one round: baseline, the extra phases as given, extender; with ``alternate``,
+    every odd round in reverse. Each phase ages the cluster for the next (the API server keeps the
+    Events of every pod; etcd the history of every deleted one), so a phase that always ran last would
+    always run on the oldest cluster."""
+    phases = ["baseline", *extra, "extender"]
+    return phases[::-1] if order == "alternate" and round_index % 2 else phases
+
+
+EXTRA_PHASE_HELP = (
+    "also run: kube-scheduler alone without opportunistic batching; kube-scheduler alone with deploy/'s Go "
+    "runtime settings (GOGC, GOMEMLIMIT); the shipped configuration with kube-scheduler on Go's defaults; "
+    "the shipped profile with "
+    "kube-scheduler's default percentageOfNodesToScore (the extender sees a sample of the nodes); the shipped "
+    "configuration with filterReturns: Feasible; the shipped configuration with filterFailures: Always; "
+    "the shipped configuration with tieBreak.random off (equally scored nodes all pass; kube-scheduler scores "
+    "them and calls /prioritize); "
+    "kube-scheduler with the shipped profile behind bench.null_extender (passes the first candidate, binds); "
+    "the same behind bench.null_raw, a second null extender without web framework or HTTP client library; "
+    "that one also keeping the extender's pod watch open (its events read and dropped); "
+    "the shipped extender with a null /filter (bench.extender_null_filter: its machinery without scoring); "
+    "the shipped extender whose /filter keeps the first node that passes instead of the best scored "
+    "(bench.extender_unscored: the bound for any scoring speed-up)"
+)
