@@ -52,6 +52,7 @@ import yaml
 from bench.cluster import build_cluster, encode, write_cluster
 from bench.latency_floor import answer_key
 from bench.latency_queues import QUEUES_ADDED_TARGET_MS, label_for_queues, queue_config, queued
+from bench.latency_report import Row, table
 from bench.request_bodies import filter_body_names, filter_body_nodes, pending_pods, reordered
 from tests.e2e.process import stop_children_on_sigterm
 
@@ -61,32 +62,6 @@ NODELIST_TARGET_MS_PER_1000 = 10.0
 SERVER_TIMING = re.compile(r"\bextender;dur=([0-9.]+)")
 READ_TIMING = re.compile(r"\bread;dur=([0-9.]+)")
 Case = tuple[str, list[bytes], Callable[[bytes], bool], float | None]  # verb, bodies, answer check, target
-
-
-@dataclass
-class Row:
-    mode: str
-    queues: bool
-    nodes: int
-    verb: str
-    count: int
-    p50_ms: float
-    p99_ms: float
-    max_ms: float
-    server_p50_ms: float  # the handler's own time (Server-Timing); the rest of p50 is HTTP, uvicorn and the client
-    server_p99_ms: float
-    read_p50_ms: float  # of the server's time, reading the request body
-    processing_p99_ms: float  # the server's time without reading the body (decode, verdicts, encode)
-    errors: int
-    rss_mib: float
-    hwm_mib: float
-    target_ms: float | None
-
-    @property
-    def verdict(self) -> str:
-        if self.target_ms is None:
-            return "-"
-        return "PASS" if self.server_p99_ms <= self.target_ms and self.errors == 0 else "MISS"
 
 
 def target_ms(mode: str, nodes: int, queues: bool = False) -> float | None:
@@ -413,39 +388,6 @@ def measure_floor(
         row.rss_mib, row.hwm_mib = rss, hwm
     path.unlink()
     return rows
-
-
-def table(rows: list[Row]) -> str:
-    header = [
-        "mode",
-        "nodes",
-        "verb",
-        "n",
-        "p50 ms",
-        "p99 ms",
-        "max ms",
-        "srv p50",
-        "srv p99",
-        "read p50",
-        "proc p99",
-        "errors",
-    ]
-    header += ["RSS MiB", "HWM MiB", "target", ""]
-    lines = [header]
-    for r in rows:
-        target = f"srv p99 <= {r.target_ms:g} ms" if r.target_ms is not None else "-"
-        handler = [
-            "-" if math.isnan(v) else f"{v:.2f}"
-            for v in (r.server_p50_ms, r.server_p99_ms, r.read_p50_ms, r.processing_p99_ms)
-        ]
-        times = [f"{r.p50_ms:.2f}", f"{r.p99_ms:.2f}", f"{r.max_ms:.2f}", *handler]
-        memory = [f"{r.rss_mib:.0f}", f"{r.hwm_mib:.0f}"]
-        mode = f"{r.mode}+queues" if r.queues else r.mode
-        lines.append([mode, f"{r.nodes:,}", r.verb, str(r.count), *times, str(r.errors), *memory, target, r.verdict])
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    out = [" | ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip() for line in lines]
-    out.insert(1, "-+-".join("-" * w for w in widths))
-    return "\n".join(out)
 
 
 def main(argv: list[str] | None = None) -> int:
