@@ -266,6 +266,13 @@ def _sampled(config: dict[str, Any]) -> None:
         profile.pop("percentageOfNodesToScore", None)
 
 
+def _one_filter_worker(config: dict[str, Any]) -> None:
+    config["parallelism"] = 1
+
+
+SCHEDULER_EDITS = {"extender-sampled": _sampled, "extender-parallelism-1": _one_filter_worker}
+
+
 def _leading_since(plane: ControlPlane, since: float) -> bool:
     """Whether the shipped profile's lease was acquired after ``since`` (a new scheduler leads)."""
     lease = plane.admin.find("/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/gpu-scheduler") or {}
@@ -377,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
                     else:
                         module = EXTENDER_MODULES.get(name, "app.cli")
                         extender = plane.start_extender(config, module=module)
-                    edit = _sampled if name == "extender-sampled" else None
+                    edit = SCHEDULER_EDITS.get(name)
                     go_env = {} if name == "extender-go-defaults" else None  # None: deploy/'s GOGC, GOMEMLIMIT
                     plane.start_scheduler(extender.port, qps=qps, edit=edit, env=go_env, flags=profile_flags)
                     wait_for("kube-scheduler to lead", lambda since=started: _leading_since(plane, since), 60)

@@ -14,6 +14,7 @@ EXTRA_PHASES = (
     "baseline-go-shipped",
     "extender-go-defaults",
     "extender-sampled",
+    "extender-parallelism-1",
     "extender-feasible",
     "extender-failures-always",
     "extender-ties-to-scheduler",
@@ -53,6 +54,7 @@ EXTRA_PHASE_HELP = (
     "runtime settings (GOGC, GOMEMLIMIT); the shipped configuration with kube-scheduler on Go's defaults; "
     "the shipped profile with "
     "kube-scheduler's default percentageOfNodesToScore (the extender sees a sample of the nodes); the shipped "
+    "configuration with kube-scheduler's parallelism 1 (one filter worker: candidates in node order); the shipped "
     "configuration with filterReturns: Feasible; the shipped configuration with filterFailures: Always; "
     "the shipped configuration with tieBreak.random off (equally scored nodes all pass; kube-scheduler scores "
     "them and calls /prioritize); "
