@@ -64,7 +64,7 @@ class ApiConnections:
         self.authorization = authorization.encode()
         self.idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
 
-    async def post(self, path: str, body: bytes, method: bytes = b"POST") -> tuple[int, bytes]:
+    async def request(self, method: bytes, path: str, body: bytes = b"") -> tuple[int, bytes]:
         reader, writer = self.idle.pop() if self.idle else await self._open()
         head = (
             b"%s %s HTTP/1.1\r\nHost: %s\r\nAuthorization: %s\r\nContent-Type: application/json\r\n"
@@ -124,7 +124,8 @@ class NullProtocol(HttpRequestProtocol):
             "target": {"apiVersion": "v1", "kind": "Node", "name": args["Node"]},
         }
         try:
-            status, reply = await self.api.post(f"/api/v1/namespaces/{namespace}/pods/{name}/binding", _encode(binding))
+            path = f"/api/v1/namespaces/{namespace}/pods/{name}/binding"
+            status, reply = await self.api.request(b"POST", path, _encode(binding))
             error = "" if status in (200, 201) else f"binding: {status} {reply[:200]!r}"
         except OSError as exc:
             error = f"binding: {exc}"
@@ -142,12 +143,18 @@ class PodWatch(asyncio.Protocol):
     def __init__(self, request: bytes, received: list[int]) -> None:
         self.request = request
         self.received = received  # bytes read, over every connection
+        self.answered = False
         self.ended = asyncio.get_running_loop().create_future()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         cast(asyncio.Transport, transport).write(self.request)
 
     def data_received(self, data: bytes) -> None:
+        if not self.answered and not data.startswith(b"HTTP/1.1 200"):
+            print(f"pod watch refused: {data[:300]!r}", flush=True)  # the bench's log
+        elif b'"type":"ERROR"' in data:
+            print(f"pod watch ended by the API server: {data[:300]!r}", flush=True)
+        self.answered = True
         self.received[0] += len(data)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -179,7 +186,7 @@ async def watch_pods(api: ApiConnections, received: list[int] | None = None) -> 
     listing = f"{pod_resource.path}?{urlencode({'limit': '1', 'fieldSelector': pod_resource.field_selector})}"
     authorization = api.authorization.decode()
     while True:
-        status, body = await api.post(listing, b"", b"GET")
+        status, body = await api.request(b"GET", listing)
         if status != 200:
             raise ConnectionError(f"listing pods: {status} {body[:200]!r}")
         version = str(_args.decode(body).get("metadata", {}).get("resourceVersion", ""))
@@ -198,11 +205,8 @@ async def serve(kubeconfig: str, port: int, watch: bool = False) -> None:
     host, api_port = url.hostname or "127.0.0.1", url.port or 443
     api = ApiConnections(host, api_port, context, authorization)
     loop = asyncio.get_running_loop()
-    if watch:
-        watcher = loop.create_task(watch_pods(api))
-        _BINDS.add(watcher)  # kept referenced while the server runs
     server = await loop.create_server(lambda: NullProtocol(api), "127.0.0.1", port)
-    await server.serve_forever()
+    await asyncio.gather(server.serve_forever(), *([watch_pods(api)] if watch else []))
 
 
 def main() -> None:

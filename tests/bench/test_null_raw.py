@@ -86,3 +86,21 @@ def test_the_pod_watch_lists_then_watches_as_the_extender_does_and_opens_again_w
     assert params["watch"] == ["1"] and params["resourceVersion"] == ["42"]
     assert params["fieldSelector"] == [pod_resource.field_selector]
     assert "Authorization: Bearer t" in headers and "Accept: application/json" in headers
+
+
+def test_a_refused_or_failed_pod_watch_is_said_in_the_log(capsys: pytest.CaptureFixture[str]) -> None:
+    async def run() -> None:
+        refused = null_raw.PodWatch(b"GET", [0])
+        refused.data_received(b"HTTP/1.1 403 Forbidden\r\n\r\n")
+        failed = null_raw.PodWatch(b"GET", [0])
+        failed.data_received(b"HTTP/1.1 200 OK\r\n\r\n")
+        failed.data_received(b'fc\r\n{"type":"ERROR","object":{"kind":"Status","code":500}}\r\n')
+        quiet = null_raw.PodWatch(b"GET", [0])
+        quiet.data_received(b"HTTP/1.1 200 OK\r\n\r\n")
+        quiet.data_received(b'{"type":"ADDED","object":{"kind":"Pod"}}\n')
+
+    asyncio.run(run())
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2
+    assert lines[0].startswith("pod watch refused: b'HTTP/1.1 403")
+    assert lines[1].startswith("pod watch ended by the API server") and "ERROR" in lines[1]
