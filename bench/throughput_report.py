@@ -3,6 +3,7 @@ extenders' phases of the same run."""
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterable
 from typing import Any
 
@@ -34,4 +35,6 @@ def _over(rounds: list[dict[str, Any]], phase: str, null: str) -> list[float]:
 
 
 def _shown(ratios: list[float]) -> str:
-    return " / ".join(f"{ratio:.2f}" for ratio in ratios)
+    """Each round's ratio; from three rounds on, their median too (rounds of one run move by 0.1)."""
+    shown = " / ".join(f"{ratio:.2f}" for ratio in ratios)
+    return f"{shown}, median {statistics.median(ratios):.2f}" if len(ratios) > 2 else shown

@@ -26,6 +26,13 @@ def test_one_round_below_the_target_misses_it() -> None:
     assert null_ratios(rounds, NULL_EXTENDERS)[-1].endswith("0.95 / 0.80 (target 0.9 in every round: missed)")
 
 
+def test_from_three_rounds_on_the_median_is_said_beside_the_rounds() -> None:
+    rounds = [_round(rate, extender_null=100.0) for rate in (95.0, 70.0, 91.0)]
+    assert null_ratios(rounds, NULL_EXTENDERS)[-1] == (
+        "extender / extender-null: 0.95 / 0.70 / 0.91, median 0.91 (target 0.9 in every round: missed)"
+    )
+
+
 def test_without_a_null_phase_nothing_is_said() -> None:
     assert null_ratios([_round(95.0)], NULL_EXTENDERS) == []
     assert null_ratios([], NULL_EXTENDERS) == []
