@@ -27,7 +27,7 @@ import httptools
 import msgspec
 import uvloop
 
-from app.cluster.kube import KubeClient
+from app.cluster.kube import KubeClient, watch_query
 from app.cluster.reflector import pod_resource
 from bench.raw_http import HttpRequestProtocol
 
@@ -164,15 +164,7 @@ class PodWatch(asyncio.Protocol):
 
 def watch_request(host: str, authorization: str, resource_version: str) -> bytes:
     """The GET of the extender's pod watch (``app.cluster.kube.KubeClient.watch`` on ``pod_resource``)."""
-    query = urlencode(
-        {
-            "watch": "1",
-            "resourceVersion": resource_version,
-            "allowWatchBookmarks": "true",
-            "timeoutSeconds": "300",
-            "fieldSelector": pod_resource.field_selector,
-        }
-    )
+    query = urlencode(watch_query(resource_version, pod_resource.field_selector))
     return (
         f"GET {pod_resource.path}?{query} HTTP/1.1\r\nHost: {host}\r\nAuthorization: {authorization}\r\n"
         "Accept: application/json\r\n\r\n"

@@ -82,6 +82,7 @@ from bench.throughput_phases import (
     EXTRA_PHASES,
     NULL_EXTENDERS,
     ORDERS,
+    SCHEDULER_EDITS,
     phase_order,
 )
 from bench.throughput_report import null_ratios
@@ -259,18 +260,6 @@ def start_null_extender(plane: ControlPlane, module: str, options: Sequence[str]
     extender = Extender(proc, port)
     extender.wait_ready()
     return extender
-
-
-def _sampled(config: dict[str, Any]) -> None:
-    for profile in config["profiles"]:
-        profile.pop("percentageOfNodesToScore", None)
-
-
-def _one_filter_worker(config: dict[str, Any]) -> None:
-    config["parallelism"] = 1
-
-
-SCHEDULER_EDITS = {"extender-sampled": _sampled, "extender-parallelism-1": _one_filter_worker}
 
 
 def _leading_since(plane: ControlPlane, since: float) -> bool:

@@ -4,10 +4,19 @@ and their order in a round."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from bench.throughput_report import UNSCORED
 
-__all__ = ["EXTENDER_MODULES", "EXTRA_PHASES", "EXTRA_PHASE_HELP", "NULL_EXTENDERS", "ORDERS", "phase_order"]
+__all__ = [
+    "EXTENDER_MODULES",
+    "EXTRA_PHASES",
+    "EXTRA_PHASE_HELP",
+    "NULL_EXTENDERS",
+    "ORDERS",
+    "SCHEDULER_EDITS",
+    "phase_order",
+]
 
 EXTRA_PHASES = (
     "baseline-nobatching",
@@ -35,6 +44,19 @@ EXTENDER_MODULES = {
     "extender-null-filter": "bench.extender_null_filter",
     UNSCORED: "bench.extender_unscored",
 }
+
+
+def _sampled(config: dict[str, Any]) -> None:
+    for profile in config["profiles"]:
+        profile.pop("percentageOfNodesToScore", None)
+
+
+def _one_filter_worker(config: dict[str, Any]) -> None:
+    config["parallelism"] = 1
+
+
+# Phases that edit the shipped kube-scheduler config before it starts.
+SCHEDULER_EDITS = {"extender-sampled": _sampled, "extender-parallelism-1": _one_filter_worker}
 
 
 ORDERS = ("alternate", "fixed")

@@ -19,7 +19,7 @@ from typing import Any
 import aiohttp
 import msgspec
 
-__all__ = ["ApiError", "CredentialsError", "GoneError", "KubeClient"]
+__all__ = ["ApiError", "CredentialsError", "GoneError", "KubeClient", "watch_query"]
 
 _decode = msgspec.json.Decoder().decode
 # One line per API request at DEBUG (``--log-level debug``), worded as httpx words it.
@@ -244,14 +244,7 @@ class KubeClient:
         self, path: str, resource_version: str, *, field_selector: str = "", timeout_seconds: int = 300
     ) -> AsyncIterator[AsyncIterator[dict[str, Any]]]:
         """Open a watch; entering means the server accepted it. Yields an iterator of events."""
-        params: dict[str, Any] = {
-            "watch": "1",
-            "resourceVersion": resource_version,
-            "allowWatchBookmarks": "true",
-            "timeoutSeconds": timeout_seconds,
-        }
-        if field_selector:
-            params["fieldSelector"] = field_selector
+        params = watch_query(resource_version, field_selector, timeout_seconds)
         # No read timeout on the stream beyond the server-side timeout plus slack.
         timeout = aiohttp.ClientTimeout(total=None, connect=30.0, sock_read=timeout_seconds + 30.0)
         try:
@@ -356,6 +349,20 @@ class KubeClient:
         path = f"/api/v1/namespaces/{namespace}/pods/{name}/binding"
         # No prefix on a transport failure: the service's message names the pod and the node.
         await self._send("POST", path, msgspec.json.encode(binding), "")
+
+
+def watch_query(resource_version: str, field_selector: str = "", timeout_seconds: int = 300) -> dict[str, str]:
+    """The query of a watch from ``resource_version``, with bookmarks, ended by the server after
+    ``timeout_seconds``."""
+    query = {
+        "watch": "1",
+        "resourceVersion": resource_version,
+        "allowWatchBookmarks": "true",
+        "timeoutSeconds": str(timeout_seconds),
+    }
+    if field_selector:
+        query["fieldSelector"] = field_selector
+    return query
 
 
 def _event(line: bytes) -> dict[str, Any] | None:
