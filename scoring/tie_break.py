@@ -48,6 +48,7 @@ __all__ = [
     "TieBreak",
     "asks_for_any",
     "chosen_batch",
+    "drawn_batch",
     "lowest_name",
     "lowest_name_batch",
     "most_allocated",
@@ -178,6 +179,17 @@ def chosen_batch(
     if at:
         among = list(map(names.__getitem__, at))
         won[at[among.index(choose(among))]] = True
+    return won
+
+
+def drawn_batch(best: npt.NDArray[np.bool_], draw: Callable[[int], int]) -> npt.NDArray[np.bool_]:
+    """Among the ``best`` positions, the one at ``draw(count)`` in position order: ``chosen_batch``
+    with a uniform pick, without reading a name (``random.Random.randrange`` draws the position that
+    ``random.Random.choice`` would)."""
+    at = best.nonzero()[0]
+    won = np.zeros(len(best), dtype=np.bool_)
+    if len(at):
+        won[at[draw(len(at))]] = True
     return won
 
 

@@ -194,9 +194,16 @@ class _Scheduler:
         # lexicographically smallest node name (a fixed packing order), which ``lowest-name`` plays.
         # An extender with ``tieBreak.random`` makes that pick itself, with the same rule and draw: a
         # tie resolves the same whichever side takes it.
+        # (``randrange`` draws the position ``choice`` would: the extender's draw reads no names.)
         self.choose: Callable[[list[str]], str] = self.rng.choice if tie_break == "random" else min
+        random_pick = tie_break == "random"
         self.service = ExtenderService(
-            config, self.cache, SnapshotBinder(self.cache), claim_writer=writer, choose=self.choose
+            config,
+            self.cache,
+            SnapshotBinder(self.cache),
+            claim_writer=writer,
+            choose=None if random_pick else self.choose,
+            draw=self.rng.randrange if random_pick else None,
         )
         if sharing == "dra":
             self.cache.dra.upsert_class(dra.device_class())

@@ -26,9 +26,11 @@ def build_pipeline(
     claim_writer: ClaimWriter | None,
     wall_clock: Callable[[], float] = time.time,
     choose: Callable[[list[str]], str] | None = None,
+    draw: Callable[[int], int] | None = None,
 ) -> tuple[Pipeline, ResourceFit]:
     """The participants in order (fit, claims, queues, gangs), and the resource fit (the pipeline's
-    scorer); ``choose``: ``tieBreak.random``'s pick among node names (None: a random one)."""
+    scorer); ``choose`` / ``draw``: ``tieBreak.random``'s pick among node names or position among
+    tied nodes (neither: a random position)."""
     cache.dra.proposal_ttl = config.dra.proposalTTLSeconds
     fairness = Fairness.attach(cache, config.queue_config(), wall_clock)
     profile = config.build_profile(FlavorFairness(fairness) if fairness is not None else None)
@@ -39,6 +41,7 @@ def build_pipeline(
         config.priorityScale,
         config.tie_break(),
         choose,
+        draw,
     )
     participants: list[Participant] = [fit]
     dra = None

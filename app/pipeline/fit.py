@@ -43,6 +43,7 @@ class ResourceFit(Participant):
         scale: PriorityScale,
         tie_break: TieBreak | None = None,
         choose: Callable[[list[str]], str] | None = None,
+        draw: Callable[[int], int] | None = None,
     ) -> None:
         self.cache = cache
         self.nodes = CandidateNodes(cache)
@@ -50,7 +51,7 @@ class ResourceFit(Participant):
         self.fit = fit
         self.scale = scale  # priorityScale: the profile's 0..100 node scores to /prioritize's 0..10
         self.tie_break = tie_break  # which of the best nodes keep the best priority (None: all)
-        self.random_ties = RandomTies(cache, choose)  # tieBreak.random's draw and its picks in flight
+        self.random_ties = RandomTies(cache, choose, draw)  # tieBreak.random's draw and its picks in flight
         self.claim_devices = ClaimDevices(cache.dra)  # what a pod's claims ask of extended resources
 
     # ------------------------------------------------------------------ filter

@@ -21,7 +21,7 @@ import numpy.typing as npt
 from app.cluster.cache import ClusterCache
 from scoring.framework import PodInfo
 from scoring.table import BoolArray
-from scoring.tie_break import chosen_batch, random_applies
+from scoring.tie_break import chosen_batch, drawn_batch, random_applies
 
 __all__ = ["KEPT", "TTL_SECONDS", "RandomTies"]
 
@@ -30,9 +30,18 @@ TTL_SECONDS = 5.0  # a pick whose pod never shows up bound (kube-scheduler gave 
 
 
 class RandomTies:
-    def __init__(self, cache: ClusterCache, choose: Callable[[list[str]], str] | None = None) -> None:
+    def __init__(
+        self,
+        cache: ClusterCache,
+        choose: Callable[[list[str]], str] | None = None,
+        draw: Callable[[int], int] | None = None,
+    ) -> None:
+        """``choose``: a pick among the tied nodes' names (the simulator's lowest-name rule); else
+        ``draw``: a position among n tied nodes (None: drawn at random; the simulator passes its model
+        of kube-scheduler's draw). A draw reads no name: thousands of tied nodes cost no list."""
         self.cache = cache
-        self.choose = choose or random.Random().choice  # the simulator passes its kube-scheduler's pick
+        self.choose = choose
+        self.draw = draw or random.Random().randrange
         self._picks: OrderedDict[str, tuple[str, float]] = OrderedDict()  # pod uid -> (node, when)
 
     def keep_one(
@@ -53,7 +62,10 @@ class RandomTies:
                 held = won & np.fromiter((n in inflight for n in names), np.bool_, len(names))
             if held.any():
                 won = held
-        kept = chosen_batch(won, names, self.choose) if np.count_nonzero(won) > 1 else won
+        if np.count_nonzero(won) > 1:
+            kept = drawn_batch(won, self.draw) if self.choose is None else chosen_batch(won, names, self.choose)
+        else:
+            kept = won
         self._picks[pod.uid] = (names[int(kept.nonzero()[0][0])], self.cache.clock())
         self._picks.move_to_end(pod.uid)
         while len(self._picks) > KEPT:

@@ -4,6 +4,7 @@ priorities and BestScored nodes it leaves."""
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import numpy as np
@@ -18,6 +19,7 @@ from scoring.resources import PodResources
 from scoring.tie_break import (
     TieBreak,
     chosen_batch,
+    drawn_batch,
     lowest_name,
     lowest_name_batch,
     most_allocated,
@@ -154,6 +156,28 @@ def test_chosen_batch_keeps_the_name_picked_among_the_best() -> None:
     assert offered == [["n2", "n1", "n3"]]  # the best names, in position order
     assert chosen_batch(best, names, min).tolist() == [False, False, True, False, False]
     assert not chosen_batch(np.zeros(5, dtype=np.bool_), names, min).any()
+
+
+def test_drawn_batch_keeps_the_drawn_position_among_the_best() -> None:
+    best = np.array([False, True, True, False, True])
+    asked: list[int] = []
+
+    def second(count: int) -> int:
+        asked.append(count)
+        return 1
+
+    assert drawn_batch(best, second).tolist() == [False, False, True, False, False]
+    assert asked == [3]
+    assert not drawn_batch(np.zeros(5, dtype=np.bool_), second).any()
+
+
+@given(st.lists(st.booleans(), min_size=1, max_size=60), st.integers(0, 2**32))
+def test_a_drawn_position_is_the_name_choice_would_pick(best: list[bool], seed: int) -> None:
+    """The simulator draws positions with ``randrange`` where kube-scheduler's model draws names with
+    ``choice`` from the same generator: the same node for the same state."""
+    mask, names = np.array(best), [f"n{i}" for i in range(len(best))]
+    by_name = chosen_batch(mask, names, random.Random(seed).choice)
+    assert drawn_batch(mask, random.Random(seed).randrange).tolist() == by_name.tolist()
 
 
 def test_random_applies_only_without_soft_preferences_or_prefer_no_schedule_nodes() -> None:
