@@ -202,12 +202,14 @@ def check_filter(body: bytes) -> bool:
 
 
 def check_prioritize(body: bytes, nodes: int) -> bool:
-    """One entry per candidate, each an int score in 0..10."""
+    """At most one entry per candidate and at least one (those scored 0 are left out), each an int
+    score in 1..10."""
     result = msgspec.json.decode(body)
     return (
         isinstance(result, list)
-        and len(result) == nodes
-        and all(type(e.get("Score")) is int and 0 <= e["Score"] <= 10 and e.get("Host") for e in result)
+        and 0 < len(result) <= nodes
+        and all(type(e.get("Score")) is int and 1 <= e["Score"] <= 10 and e.get("Host") for e in result)
+        and len({e["Host"] for e in result}) == len(result)
     )
 
 

@@ -1,8 +1,11 @@
 """Answers assembled from prebuilt bytes: the node table keeps each node's name as a JSON key and as
 the start of its HostPriority, so a 15,000-node answer is one join, with no dict or bytes object
-built per node and no name encoded again. A long HostPriorityList asked for again (kube-scheduler
-sends the same candidates request after request) is the last answer for those hosts with its
-scores rewritten in place."""
+built per node and no name encoded again. A HostPriorityList leaves out the hosts scored 0:
+kube-scheduler adds nothing for a host the answer does not list, exactly as for a 0, and the
+answer (often mostly zeros: nodes no task fits) is that much shorter to write, send and decode. A
+long HostPriorityList asked for again (kube-scheduler sends the same candidates request after
+request) with the same hosts scored is the last answer for them with its scores rewritten in
+place."""
 
 from __future__ import annotations
 
@@ -30,19 +33,24 @@ _REWRITE_KEPT = 4
 
 class _Rewritable:
     """The last answer for one hosts list (kept by identity: the node table hands back the same list
-    for the same candidates), and where each score's two characters are, found on first reuse."""
+    for the same candidates) and which of them it lists (those scored above 0), and where each
+    listed score's two characters are, found on first reuse."""
 
-    __slots__ = ("answer", "hosts", "slots")
+    __slots__ = ("answer", "hosts", "listed", "scored", "slots")
 
-    def __init__(self, hosts: Sequence[bytes], answer: bytes) -> None:
+    def __init__(
+        self, hosts: Sequence[bytes], scored: npt.NDArray[np.bool_], listed: Sequence[bytes], answer: bytes
+    ) -> None:
         self.hosts = hosts
+        self.scored = scored
+        self.listed = listed
         self.answer = answer
         self.slots: npt.NDArray[np.intp] | None = None
 
     def rewritten(self, scores: npt.NDArray[np.intp]) -> bytearray:
         if self.slots is None:
             # Entry i is its host prefix, then two score characters and "}," (or "}]"): 4 bytes.
-            ends = np.cumsum(np.fromiter(map(len, self.hosts), np.intp, len(self.hosts)) + 4)
+            ends = np.cumsum(np.fromiter(map(len, self.listed), np.intp, len(self.listed)) + 4)
             self.slots = ends - 3  # after the "[" and the entry's prefix
         answer = bytearray(self.answer)
         view = np.frombuffer(answer, dtype=np.uint8)
@@ -67,7 +75,8 @@ def _joined(heads: Sequence[bytes], tails: Iterable[bytes], opening: bytes, clos
 
 def host_priority_raw(hosts: Sequence[bytes], scores: Sequence[int] | npt.NDArray[np.int64]) -> msgspec.Raw:
     """``HostPriorityList`` from per-node prebuilt ``{"Host":"<name>","Score":`` prefixes: no dict per
-    node, no re-encoding of names (scores are 0..10; the verb passes them as the array it computed)."""
+    node, no re-encoding of names (scores are 0..10; the verb passes them as the array it computed).
+    Hosts scored 0 are left out (kube-scheduler counts a host not listed as 0)."""
     if len(hosts) != len(scores):
         raise ValueError(f"{len(hosts)} hosts but {len(scores)} scores")
     if not hosts:
@@ -75,16 +84,20 @@ def host_priority_raw(hosts: Sequence[bytes], scores: Sequence[int] | npt.NDArra
     at = np.asarray(scores, dtype=np.intp)
     if at.min() < 0 or at.max() > 10:
         raise ValueError(f"scores must be 0..10, not {int(at.min())}..{int(at.max())}")
+    scored = at > 0
     if len(hosts) >= _REWRITE_MIN:
         for index, kept in enumerate(_rewritable):
-            if kept.hosts is hosts:
+            if kept.hosts is hosts and np.array_equal(kept.scored, scored):
                 if index:
                     _rewritable.insert(0, _rewritable.pop(index))
-                return msgspec.Raw(kept.rewritten(at))
-    tails: list[bytes] = _SCORE_TAIL[at].tolist()
-    answer = _joined(hosts, tails, b"[", b"]")
+                return msgspec.Raw(kept.rewritten(at[scored]))
+    positions = scored.nonzero()[0]
+    if not len(positions):
+        return msgspec.Raw(b"[]")
+    listed = hosts if len(positions) == len(hosts) else list(map(hosts.__getitem__, positions.tolist()))
+    answer = _joined(listed, _SCORE_TAIL[at[positions]].tolist(), b"[", b"]")
     if len(hosts) >= _REWRITE_MIN:
-        _rewritable[:] = [_Rewritable(hosts, answer), *_rewritable][:_REWRITE_KEPT]
+        _rewritable[:] = [_Rewritable(hosts, scored, listed, answer), *_rewritable][:_REWRITE_KEPT]
     return msgspec.Raw(answer)
 
 

@@ -342,8 +342,9 @@ def _reasons(reasons: NodeReasons | None) -> dict[str, str] | msgspec.Raw:
 
 
 def host_priority_list(names: Sequence[str], scores: Sequence[int]) -> list[dict[str, Any]]:
-    """``HostPriorityList``: one ``{"Host", "Score"}`` per node."""
-    return [{"Host": name, "Score": score} for name, score in zip(names, scores, strict=True)]
+    """``HostPriorityList``: one ``{"Host", "Score"}`` per node scored above 0 (kube-scheduler counts
+    a host not listed as 0, so the answer leaves those out)."""
+    return [{"Host": name, "Score": score} for name, score in zip(names, scores, strict=True) if score]
 
 
 def meta_victims(uids: Sequence[str], pdb_violations: int) -> dict[str, Any]:

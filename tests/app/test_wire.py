@@ -82,29 +82,51 @@ def test_preempt_victims_that_are_not_pod_objects_are_a_wire_error(victim: objec
 
 @given(st.lists(st.tuples(st.text(min_size=1, max_size=20), st.integers(min_value=0, max_value=10)), max_size=30))
 def test_host_priority_raw_is_the_host_priority_list(entries: list[tuple[str, int]]) -> None:
-    """The prebuilt answer decodes to the HostPriorityList (each score in two characters)."""
+    """The prebuilt answer decodes to the HostPriorityList (each score in two characters): the hosts
+    scored above 0, in order (kube-scheduler counts a host not listed as 0)."""
     prefixes = [b'{"Host":' + json.dumps(name).encode() + b',"Score":' for name, _ in entries]
     scores = [score for _, score in entries]
     names = [name for name, _ in entries]
     raw = wire.host_priority_raw(prefixes, scores)
-    assert json.loads(bytes(raw)) == json.loads(wire.encode(wire.host_priority_list(names, scores)))
+    listed = [{"Host": name, "Score": score} for name, score in entries if score > 0]
+    assert json.loads(bytes(raw)) == json.loads(wire.encode(wire.host_priority_list(names, scores))) == listed
     assert bytes(wire.host_priority_raw(prefixes, np.array(scores, dtype=np.int64))) == bytes(raw)  # as the verb passes
 
 
 @given(st.data(), st.lists(st.text(min_size=1, max_size=12), min_size=1, max_size=20))
 def test_a_long_host_priority_list_asked_for_again_is_rewritten_in_place(data: Any, names: list[str]) -> None:
-    """The same hosts list (by identity) with new scores: the kept answer with its scores rewritten,
-    the very bytes a new join gives; a list of equal content but another object is joined anew."""
+    """The same hosts list (by identity) with new scores on the same hosts: the kept answer with its
+    scores rewritten, the very bytes a new join gives; other hosts scored, or a list of equal content
+    but another object, are joined anew."""
     prefixes = [b'{"Host":' + json.dumps(name).encode() + b',"Score":' for name in names]
+    size = len(names)
     with mock.patch.object(answers, "_REWRITE_MIN", 1):
+        scored = np.array(data.draw(st.lists(st.booleans(), min_size=size, max_size=size)))
         for _ in range(3):
-            scores = np.array(data.draw(st.lists(st.integers(0, 10), min_size=len(names), max_size=len(names))))
+            if data.draw(st.booleans()):  # now and then other hosts scored
+                scored = np.array(data.draw(st.lists(st.booleans(), min_size=size, max_size=size)))
+            values = np.array(data.draw(st.lists(st.integers(1, 10), min_size=size, max_size=size)))
+            scores = np.where(scored, values, 0)
             raw = bytes(wire.host_priority_raw(prefixes, scores))
             fresh = bytes(wire.host_priority_raw(list(prefixes), scores))
             assert raw == fresh
-            assert json.loads(raw) == [{"Host": n, "Score": int(v)} for n, v in zip(names, scores, strict=True)]
-        assert any(kept.hosts is prefixes and kept.slots is not None for kept in answers._rewritable)
+            assert json.loads(raw) == [{"Host": n, "Score": int(v)} for n, v in zip(names, scores, strict=True) if v]
         assert len(answers._rewritable) <= answers._REWRITE_KEPT
+
+
+def test_the_same_hosts_scored_again_take_the_kept_answer() -> None:
+    prefixes = [b'{"Host":"' + name.encode() + b'","Score":' for name in ("a", "b", "c")]
+    with mock.patch.object(answers, "_REWRITE_MIN", 1):
+        first = bytes(wire.host_priority_raw(prefixes, [3, 0, 10]))
+        kept = answers._rewritable[0]
+        again = bytes(wire.host_priority_raw(prefixes, [7, 0, 1]))
+        assert first == b'[{"Host":"a","Score": 3},{"Host":"c","Score":10}]'
+        assert again == b'[{"Host":"a","Score": 7},{"Host":"c","Score": 1}]'
+        assert answers._rewritable[0] is kept and kept.slots is not None  # rewritten, not joined
+        other = bytes(wire.host_priority_raw(prefixes, [0, 2, 0]))
+        assert other == b'[{"Host":"b","Score": 2}]'
+        assert answers._rewritable[0] is not kept
+        assert bytes(wire.host_priority_raw(prefixes, [0, 0, 0])) == b"[]"
 
 
 def test_host_priority_raw_refuses_a_score_count_that_does_not_match() -> None:

@@ -106,7 +106,8 @@ def test_kube_scheduler_runs_with_the_shipped_go_runtime_settings(group: Group) 
 
 def test_with_every_passing_node_returned_kube_scheduler_takes_the_extenders_best(group: Group) -> None:
     """``filterReturns: Feasible``: /filter lets both nodes through, so kube-scheduler reads the scores
-    /prioritize answers (10, and a single digit written as " 0"). Its own MostAllocated on GPUs would
+    /prioritize answers (10 for one node; the other's 0 is left out of the answer, which kube-scheduler
+    counts as 0, so this also checks that it reads a missing host so). Its own MostAllocated on GPUs would
     take the L4 node, which already runs a GPU pod; the extender (GpuModelBalance: keep the models
     equally free) ranks the idle A100 node first, and kube-scheduler follows it."""
     config = extender_config()
