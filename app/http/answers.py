@@ -2,7 +2,8 @@
 the start of its HostPriority, so a 15,000-node answer is one join, with no dict or bytes object
 built per node and no name encoded again. A HostPriorityList leaves out the hosts scored 0:
 kube-scheduler adds nothing for a host the answer does not list, exactly as for a 0, and the
-answer (often mostly zeros: nodes no task fits) is that much shorter to write, send and decode. A
+answer (0 is the lowest-scored candidates' priority, and that of nodes the pod does not fit) is that
+much shorter to write, send and decode. A
 long HostPriorityList asked for again (kube-scheduler sends the same candidates request after
 request) with the same hosts scored is the last answer for them with its scores rewritten in
 place."""

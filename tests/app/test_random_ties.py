@@ -35,3 +35,26 @@ def test_a_pick_in_flight_is_followed_with_and_without_rows() -> None:
         ties.choose = min
         kept = ties.keep_one(pod_from_obj(pod_obj("c", gpus=1)), NAMES, every, rows)
         assert kept.tolist() == [False, False, True, False]
+
+
+def test_a_positional_draw_follows_the_picks_in_flight() -> None:
+    """Without a name chooser (the service's default) the draw takes a position among the tied nodes,
+    and still among those holding a pick in flight."""
+    cache = ClusterCache(clock=lambda: 100.0)
+    cache.replace_nodes(node_from_obj(node_obj(n)) for n in NAMES)
+    drawn: list[int] = []
+
+    def last(count: int) -> int:
+        drawn.append(count)
+        return count - 1
+
+    ties = RandomTies(cache, draw=last)
+    every = np.ones(len(NAMES), dtype=np.bool_)
+    assert ties.keep_one(pod_from_obj(pod_obj("a", gpus=1)), NAMES, every).tolist() == [False, False, False, True]
+    ties.draw = lambda count: 0
+    without_n3 = np.array([True, True, True, False])
+    assert ties.keep_one(pod_from_obj(pod_obj("b", gpus=1)), NAMES, without_n3).tolist() == [True, False, False, False]
+    # n0 and n3 hold picks in flight: the draw is among those two
+    ties.draw = last
+    assert ties.keep_one(pod_from_obj(pod_obj("c", gpus=1)), NAMES, every).tolist() == [False, False, False, True]
+    assert drawn == [4, 2]
