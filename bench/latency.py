@@ -12,7 +12,10 @@ encoded. The targets (issue 15) apply to those: 1.5 ms at 5,000 names, 4 ms at 1
 ``--floor`` adds ``floor`` rows, the same requests against ``bench.latency_floor``, which only sends
 back the extender's answers: what the protocol and the client cost at those sizes. ``--reorder N``
 sends the names in N orders, as kube-scheduler lists them anew for each pod (one order repeated lets
-the extender reuse the rows it found for the last list).
+the extender reuse the rows it found for the last list). ``--feasible`` asks /prioritize about the
+nodes /filter passed, as kube-scheduler does (without it /prioritize gets every node, the worst
+case); with ``--shipped`` the configuration then returns every feasible node (``filterReturns:
+Feasible``), since BestScored passes one and kube-scheduler would not call /prioritize at all.
 
 ``--queues`` adds what the issue's queue target is about (50 ClusterQueues in 5 cohorts, 4 weighted
 flavors): nodes get a ``gpu-type`` flavor label, bound GPU pods and the benchmark pods a queue, and
@@ -49,7 +52,7 @@ import httpx
 import msgspec
 import yaml
 
-from bench.cluster import build_cluster, encode, write_cluster
+from bench.cluster import Obj, build_cluster, encode, write_cluster
 from bench.latency_floor import answer_key
 from bench.latency_queues import QUEUES_ADDED_TARGET_MS, label_for_queues, queue_config, queued
 from bench.latency_report import Row, table
@@ -191,6 +194,20 @@ CLIENTS: dict[str, Callable[[int], Client]] = {"httpx": HttpxClient, "http.clien
 
 
 # --------------------------------------------------------------------------- checks and timing
+def prioritize_after_filter(client: Client, asked: list[tuple[Obj, list[str]]]) -> list[bytes]:
+    """kube-scheduler's /prioritize body for each (pod, candidates): the candidates /filter passed, in
+    its order. A pod that no node passes is an error (the bench's pods all fit somewhere)."""
+    bodies = []
+    for pod, names in asked:
+        status, content, _ = client.request("POST", "/filter", encode(filter_body_names(pod, names)))
+        answer = msgspec.json.decode(content) if status == 200 else None
+        passed = answer.get("NodeNames") if isinstance(answer, dict) else None
+        if not passed:
+            raise RuntimeError(f"/filter passed no node for a bench pod (HTTP {status}): {content[:200]!r}")
+        bodies.append(encode(filter_body_names(pod, passed)))
+    return bodies
+
+
 def check_filter(body: bytes) -> bool:
     """``Error`` empty and some node passed (every pending pod fits somewhere in the generated cluster)."""
     result = msgspec.json.decode(body)
@@ -265,11 +282,13 @@ class Options:
     shipped: bool = False
     floor: bool = False
     reorder: int = 1
+    feasible: bool = False
 
 
 def run_case(mode: str, n: int, options: Options, workdir: Path) -> list[Row]:
     """Generate the cluster, serve it, time each verb; the snapshot file is removed afterwards."""
     label = f"{mode}+queues" if options.queues else f"{mode}+shipped" if options.shipped else mode
+    label += "+feasible" if options.feasible else ""
     snapshot = workdir / f"cluster-{label}-{n}.json"
     began = time.monotonic()
     pods = pending_pods()
@@ -278,11 +297,15 @@ def run_case(mode: str, n: int, options: Options, workdir: Path) -> list[Row]:
         from tests.e2e.controlplane import extender_config
 
         config = workdir / f"config-{label}-{n}.yaml"
-        config.write_text(yaml.safe_dump(extender_config(), sort_keys=False))
+        settings = extender_config()
+        if options.feasible:  # every feasible node passes, so that /prioritize has more than one to score
+            settings["filterReturns"] = "Feasible"
+        config.write_text(yaml.safe_dump(settings, sort_keys=False))
     if options.queues:
         edit, config = label_for_queues, workdir / f"config-{label}-{n}.yaml"
         config.write_text(yaml.safe_dump(queue_config(), sort_keys=False))
         pods = [queued(pod) for pod in pods]
+    asked: list[tuple[Obj, list[str]]] = []  # names mode: (pod, candidates) of each body
     if mode == "nodelist":
         cluster = build_cluster(n, options.seed, edit)
         snapshot.write_bytes(encode(cluster))
@@ -292,7 +315,8 @@ def run_case(mode: str, n: int, options: Options, workdir: Path) -> list[Row]:
     else:
         names = write_cluster(snapshot, n, options.seed, edit)
         orders = reordered(names, options.reorder, options.seed)
-        bodies = [encode(filter_body_names(pod, order)) for order in orders for pod in pods]
+        asked = [(pod, order) for order in orders for pod in pods]
+        bodies = [encode(filter_body_names(pod, order)) for pod, order in asked]
     size_mib, body_kib = snapshot.stat().st_size / 2**20, len(bodies[0]) / 1024
     print(f"[{label} {n}] snapshot {size_mib:.0f} MiB, body {body_kib:.0f} KiB, took {time.monotonic() - began:.1f}s")
     target = target_ms(mode, n, options.queues)
@@ -306,6 +330,8 @@ def run_case(mode: str, n: int, options: Options, workdir: Path) -> list[Row]:
         print(f"[{label} {n}] server pid {proc.pid} ready in {ready_s:.1f}s", flush=True)
         client = CLIENTS[options.client](port)
         try:
+            if options.feasible and asked:
+                cases[1] = ("prioritize", prioritize_after_filter(client, asked), *cases[1][2:])
             for verb, verb_bodies, check, budget in cases:
                 measure(client, f"/{verb}", verb_bodies, options.warmup, check)
                 samples, handler, reads, processing, errors = measure(
@@ -423,6 +449,12 @@ def main(argv: list[str] | None = None) -> int:
         help="cache mode: send the candidate names in N orders (the first as generated, the others shuffled), "
         "as kube-scheduler lists them anew for each pod; 1 repeats one list",
     )
+    parser.add_argument(
+        "--feasible",
+        action="store_true",
+        help="cache mode: ask /prioritize about the nodes /filter passed, as kube-scheduler does (with --shipped, "
+        "filterReturns: Feasible, so that more than one passes); without it, about every node",
+    )
     parser.add_argument("--json", help="also write the rows and the machine to this file")
     args = parser.parse_args(argv)
     stop_children_on_sigterm()  # stopped by its PID, it still stops the extender it started
@@ -430,6 +462,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--queues and --shipped are separate configurations: choose one")
     if args.reorder < 1:
         parser.error("--reorder: at least 1")
+    if args.feasible and args.queues:
+        parser.error("--feasible applies to the defaults and --shipped, not --queues")
     options = Options(**{f.name: getattr(args, f.name) for f in fields(Options)})
     plan = [("names", int(s)) for s in args.sizes.split(",") if s.strip()]
     plan += [("nodelist", int(s)) for s in args.nodelist.split(",") if s.strip()]
@@ -449,6 +483,10 @@ def main(argv: list[str] | None = None) -> int:
         "load1_at_start": round(load1, 2),
     }
     configuration = "shipped (deploy/)" if args.shipped else "queues" if args.queues else "defaults"
+    if args.feasible:
+        configuration += (
+            ", filterReturns: Feasible" if args.shipped else ""
+        ) + ", /prioritize asked about the nodes /filter passed"
     print(
         f"\n{machine['date']}, {machine['cpus']} cores, Python {machine['python']}, {machine['platform']}, "
         f"client {args.client}, load average at start {load1:.2f}, configuration {configuration}"

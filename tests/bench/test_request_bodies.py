@@ -1,11 +1,15 @@
-"""bench.latency's candidate lists: one order repeated, or new orders as kube-scheduler sends them."""
+"""bench.latency's candidate lists: one order repeated, or new orders as kube-scheduler sends them;
+/prioritize asked about the nodes /filter passed."""
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import pytest
 
-from bench.latency import main
-from bench.request_bodies import reordered
+from bench.latency import main, prioritize_after_filter
+from bench.request_bodies import pending_pod, reordered
 
 NAMES = [f"node-{i:03d}" for i in range(50)]
 
@@ -23,3 +27,30 @@ def test_reorder_below_one_is_refused() -> None:
     with pytest.raises(SystemExit) as exit_:
         main(["--reorder", "0", "--sizes", "", "--nodelist", ""])
     assert exit_.value.code == 2
+
+
+class _FilterAnswers:
+    """A client whose /filter passes the candidates named in ``passing``, in the request's order."""
+
+    def __init__(self, passing: set[str]) -> None:
+        self.passing = passing
+        self.asked: list[tuple[str, Any]] = []
+
+    def request(self, method: str, path: str, body: bytes) -> tuple[int, bytes, str]:
+        sent = json.loads(body)
+        self.asked.append((path, sent))
+        passed = [n for n in sent["NodeNames"] if n in self.passing]
+        return 200, json.dumps({"NodeNames": passed, "Error": ""}).encode(), ""
+
+    def close(self) -> None: ...
+
+
+def test_prioritize_is_asked_about_the_nodes_filter_passed_in_its_order() -> None:
+    pod = pending_pod("gpu-1")
+    client = _FilterAnswers({"n3", "n1"})
+    bodies = prioritize_after_filter(client, [(pod, ["n1", "n2", "n3"]), (pod, ["n3", "n2", "n1"])])
+    assert [json.loads(b)["NodeNames"] for b in bodies] == [["n1", "n3"], ["n3", "n1"]]
+    assert all(json.loads(b)["Pod"] == pod for b in bodies)
+    assert [path for path, _ in client.asked] == ["/filter", "/filter"]
+    with pytest.raises(RuntimeError, match="passed no node"):
+        prioritize_after_filter(_FilterAnswers(set()), [(pod, ["n1"])])
