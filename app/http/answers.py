@@ -37,22 +37,19 @@ class _Rewritable:
     for the same candidates) and which of them it lists (those scored above 0), and where each
     listed score's two characters are, found on first reuse."""
 
-    __slots__ = ("answer", "hosts", "listed", "scored", "slots")
+    __slots__ = ("answer", "hosts", "scored", "slots")
 
-    def __init__(
-        self, hosts: Sequence[bytes], scored: npt.NDArray[np.bool_], listed: Sequence[bytes], answer: bytes
-    ) -> None:
+    def __init__(self, hosts: Sequence[bytes], scored: npt.NDArray[np.bool_], answer: bytes) -> None:
         self.hosts = hosts
         self.scored = scored
-        self.listed = listed
         self.answer = answer
         self.slots: npt.NDArray[np.intp] | None = None
 
     def rewritten(self, scores: npt.NDArray[np.intp]) -> bytearray:
         if self.slots is None:
             # Entry i is its host prefix, then two score characters and "}," (or "}]"): 4 bytes.
-            ends = np.cumsum(np.fromiter(map(len, self.listed), np.intp, len(self.listed)) + 4)
-            self.slots = ends - 3  # after the "[" and the entry's prefix
+            lengths = np.fromiter(map(len, self.hosts), np.intp, len(self.hosts))[self.scored]
+            self.slots = np.cumsum(lengths + 4) - 3  # after the "[" and the entry's prefix
         answer = bytearray(self.answer)
         view = np.frombuffer(answer, dtype=np.uint8)
         view[self.slots] = _TENS[scores]
@@ -98,7 +95,7 @@ def host_priority_raw(hosts: Sequence[bytes], scores: Sequence[int] | npt.NDArra
     listed = hosts if len(positions) == len(hosts) else list(map(hosts.__getitem__, positions.tolist()))
     answer = _joined(listed, _SCORE_TAIL[at[positions]].tolist(), b"[", b"]")
     if len(hosts) >= _REWRITE_MIN:
-        _rewritable[:] = [_Rewritable(hosts, scored, listed, answer), *_rewritable][:_REWRITE_KEPT]
+        _rewritable[:] = [_Rewritable(hosts, scored, answer), *_rewritable][:_REWRITE_KEPT]
     return msgspec.Raw(answer)
 
 
