@@ -85,6 +85,18 @@ class Batch:
         discount = self.discount if position >= 0 else None
         return Batch(names, self.rows[keep], self.known[keep], self.table, position, discount)
 
+    def take(self, positions: npt.NDArray[np.intp]) -> Batch:
+        """These candidates at ``positions`` (distinct), in that order, without gathering their rows
+        again: what reads a few of many candidates (the best nodes' tie-break) gathers their columns
+        alone."""
+        names = list(map(self.names.__getitem__, positions.tolist()))
+        position = -1
+        if self.discount_position >= 0:
+            hits = np.flatnonzero(positions == self.discount_position)
+            position = int(hits[0]) if len(hits) else -1
+        discount = self.discount if position >= 0 else None
+        return Batch(names, self.rows[positions], self.known[positions], self.table, position, discount)
+
     @property
     def all_known(self) -> bool:
         """Every candidate is a node of the table (nearly always); worked out once per batch."""

@@ -135,6 +135,8 @@ def most_allocated_batch(
     works node by node)."""
     total_scores: Int64Array | None = None
     asked = 0
+    if at is not None:
+        batch = batch.take(at)  # the columns of those positions alone (a few of thousands, often)
     for resource in resources:
         demand = pod_devices(pod, resource)
         if demand.count == 0:
@@ -144,8 +146,6 @@ def most_allocated_batch(
             return None
         requested, allocatable = amounts
         served = batch.column(batch.table.dra_allocatable, resource) > 0
-        if at is not None:
-            requested, allocatable, served = requested[at], allocatable[at], served[at]
         scale = np.where(served, 1, MILLI_DEVICES)
         score = most_requested_score_batch(requested * scale + demand.total, allocatable * scale)
         total_scores = score if total_scores is None else total_scores + score

@@ -193,6 +193,33 @@ def test_subset_reads_as_a_batch_gathered_for_those_names(keep: list[bool], assu
     )
 
 
+@given(st.lists(st.integers(0, 3), max_size=4, unique=True), st.sampled_from(["g0", "g1", "g2", "g3"]))
+def test_take_reads_as_the_whole_batch_at_those_positions(positions: list[int], assumed_on: str) -> None:
+    """``Batch.take`` (the tie-break reading the best of many candidates) gives, position by position
+    and in the order asked, what the whole batch gives there, the pod's own assumption discounted
+    where its node is taken."""
+    table = NodeTable()
+    for i in range(3):
+        table.upsert(
+            NodeInfo(
+                f"g{i}",
+                {"nvidia.com/gpu": 8},
+                {"nvidia.com/gpu": i + 1},
+                allocatable_types=frozenset({"nvidia.com/gpu"}),
+            )
+        )
+    pod = PodInfo("u", "ns", "p", PodResources({"nvidia.com/gpu": 1}, 0, 0))
+    names = ["g0", "g1", "gone", "g2"]
+    whole = table.batch(names, (assumed_on, pod.resources))
+    assert whole is not None
+    at = np.array(positions, dtype=np.intp)
+    taken = whole.take(at)
+    assert list(taken.names) == [names[p] for p in positions]
+    assert taken.known.tolist() == whole.known[at].tolist()
+    for read in ("requested", "allocatable"):
+        assert getattr(taken, read)("nvidia.com/gpu").tolist() == getattr(whole, read)("nvidia.com/gpu")[at].tolist()
+
+
 def test_the_table_keeps_each_name_as_a_json_key() -> None:
     table = NodeTable(capacity=2)
     for name in ("a", 'q"uote', "c"):
