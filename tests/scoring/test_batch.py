@@ -15,7 +15,7 @@ from scoring.managed_fit import ManagedResourcesFit
 from scoring.profile import Profile, ScorePluginSpec
 from scoring.resources import PodResources
 from scoring.scarce import ScarceResourceAvoidance, ScarceResourceAvoidanceArgs
-from scoring.table import NodeTable
+from scoring.table import Batch, NodeTable
 from tests.scoring.strategies import nodes, pods
 
 RESOURCES = ["cpu", "memory", "nvidia.com/gpu", "example.com/fpga", "ephemeral-storage", "hugepages-1Gi"]
@@ -159,10 +159,9 @@ def test_lists_in_any_order_gather_the_rows_of_their_names(steps: list[tuple[str
         assert _rows(table.batch(current)) == [table.index[n] for n in current]
 
 
-@given(st.lists(st.booleans(), min_size=4, max_size=4), st.sampled_from(["g0", "g1", "g2", "g3"]))
-def test_subset_reads_as_a_batch_gathered_for_those_names(keep: list[bool], assumed_on: str) -> None:
-    """``Batch.subset`` (filter narrowing to the best scored nodes) equals gathering the kept names
-    again, the pod's own assumption discounted where its node is kept. "gone" is unknown to the table."""
+def _three_gpu_nodes(assumed_on: str) -> tuple[NodeTable, PodInfo, list[str], Batch]:
+    """Three GPU nodes, a 1-GPU pod assumed on ``assumed_on``, and the batch of g0, g1, "gone" (a name
+    the table does not hold) and g2 with that assumption discounted."""
     table = NodeTable()
     for i in range(3):
         table.upsert(
@@ -177,6 +176,14 @@ def test_subset_reads_as_a_batch_gathered_for_those_names(keep: list[bool], assu
     names = ["g0", "g1", "gone", "g2"]
     whole = table.batch(names, (assumed_on, pod.resources))
     assert whole is not None
+    return table, pod, names, whole
+
+
+@given(st.lists(st.booleans(), min_size=4, max_size=4), st.sampled_from(["g0", "g1", "g2", "g3"]))
+def test_subset_reads_as_a_batch_gathered_for_those_names(keep: list[bool], assumed_on: str) -> None:
+    """``Batch.subset`` (filter narrowing to the best scored nodes) equals gathering the kept names
+    again, the pod's own assumption discounted where its node is kept. "gone" is unknown to the table."""
+    table, pod, names, whole = _three_gpu_nodes(assumed_on)
     subset = whole.subset(np.array(keep, dtype=np.bool_))
     kept = [name for name, k in zip(names, keep, strict=True) if k]
     fresh = table.batch(kept, (assumed_on, pod.resources))
@@ -198,20 +205,7 @@ def test_take_reads_as_the_whole_batch_at_those_positions(positions: list[int], 
     """``Batch.take`` (the tie-break reading the best of many candidates) gives, position by position
     and in the order asked, what the whole batch gives there, the pod's own assumption discounted
     where its node is taken."""
-    table = NodeTable()
-    for i in range(3):
-        table.upsert(
-            NodeInfo(
-                f"g{i}",
-                {"nvidia.com/gpu": 8},
-                {"nvidia.com/gpu": i + 1},
-                allocatable_types=frozenset({"nvidia.com/gpu"}),
-            )
-        )
-    pod = PodInfo("u", "ns", "p", PodResources({"nvidia.com/gpu": 1}, 0, 0))
-    names = ["g0", "g1", "gone", "g2"]
-    whole = table.batch(names, (assumed_on, pod.resources))
-    assert whole is not None
+    _, _, names, whole = _three_gpu_nodes(assumed_on)
     at = np.array(positions, dtype=np.intp)
     taken = whole.take(at)
     assert list(taken.names) == [names[p] for p in positions]
