@@ -28,10 +28,17 @@ class Row:
     target_ms: float | None
 
     @property
+    def server_side_target(self) -> bool:
+        """NodeList rows are judged on the server's p99 (the 10 MB upload is the client's), name lists
+        on the round trip kube-scheduler waits for."""
+        return self.mode.startswith("nodelist")
+
+    @property
     def verdict(self) -> str:
         if self.target_ms is None:
             return "-"
-        return "PASS" if self.server_p99_ms <= self.target_ms and self.errors == 0 else "MISS"
+        judged = self.server_p99_ms if self.server_side_target else self.p99_ms
+        return "PASS" if judged <= self.target_ms and self.errors == 0 else "MISS"
 
 
 def table(rows: list[Row]) -> str:
@@ -52,7 +59,8 @@ def table(rows: list[Row]) -> str:
     header += ["RSS MiB", "HWM MiB", "target", ""]
     lines = [header]
     for r in rows:
-        target = f"srv p99 <= {r.target_ms:g} ms" if r.target_ms is not None else "-"
+        judged = "srv p99" if r.server_side_target else "p99"
+        target = f"{judged} <= {r.target_ms:g} ms" if r.target_ms is not None else "-"
         handler = [
             "-" if math.isnan(v) else f"{v:.2f}"
             for v in (r.server_p50_ms, r.server_p99_ms, r.read_p50_ms, r.processing_p99_ms)
