@@ -39,6 +39,7 @@ from scoring.framework import Code, PodInfo
 from scoring.managed_fit import ManagedResourcesFit, insufficient_reason
 from scoring.profile import Profile
 from scoring.table import Batch
+from scoring.tie_break import TiePick
 from scoring.verdicts import BatchVerdicts
 
 __all__ = [
@@ -55,8 +56,8 @@ _POD_MEMO = 64  # parsed pods by request bytes: filter, then prioritize, of the 
 
 class ExtenderService:
     """The verbs: each runs the pipeline's extension points over its participants (app/pipeline).
-    ``choose`` / ``draw``: ``tieBreak.random``'s pick among tied node names, or position among n tied
-    nodes (neither: drawn at random; the simulator passes its model of kube-scheduler's pick)."""
+    ``tie_pick``: ``tieBreak.random``'s pick among tied nodes (None: a position drawn at random; the
+    simulator passes its model of kube-scheduler's pick)."""
 
     def __init__(
         self,
@@ -68,13 +69,12 @@ class ExtenderService:
         readiness: Callable[[], tuple[bool, str]] | None = None,
         wall_clock: Callable[[], float] = time.time,
         claim_writer: ClaimWriter | None = None,
-        choose: Callable[[list[str]], str] | None = None,
-        draw: Callable[[int], int] | None = None,
+        tie_pick: TiePick | None = None,
     ) -> None:
         self.config = config
         self.cache = cache
         self.metrics = metrics or Metrics()
-        self._pipeline, self.resources = build_pipeline(config, cache, claim_writer, wall_clock, choose, draw)
+        self._pipeline, self.resources = build_pipeline(config, cache, claim_writer, wall_clock, tie_pick)
         self.kueue_source: Any = None  # app.cluster.kueue_watch.KueueSource when Kueue's objects are watched
         self.requeuer: Requeuer | None = None  # cluster mode: asks kube-scheduler to retry rejected pods
         self.readiness = readiness or (lambda: (True, ""))

@@ -46,8 +46,11 @@ IntpArray = npt.NDArray[np.intp]
 __all__ = [
     "NATIVE_RESOURCES",
     "TieBreak",
+    "TiePick",
     "asks_for_any",
+    "choosing",
     "chosen_batch",
+    "drawing",
     "drawn_batch",
     "lowest_name",
     "lowest_name_batch",
@@ -191,6 +194,21 @@ def drawn_batch(best: npt.NDArray[np.bool_], draw: Callable[[int], int]) -> npt.
     if len(at):
         won[at[draw(len(at))]] = True
     return won
+
+
+TiePick = Callable[[npt.NDArray[np.bool_], Sequence[str]], npt.NDArray[np.bool_]]
+"""``tieBreak.random``'s pick: of the tied ``best`` positions, the one kept (names read only by a
+pick by name)."""
+
+
+def drawing(draw: Callable[[int], int]) -> TiePick:
+    """The pick at the position ``draw(count)`` gives (``random.Random.randrange``): reads no name."""
+    return lambda best, names: drawn_batch(best, draw)
+
+
+def choosing(choose: Callable[[list[str]], str]) -> TiePick:
+    """The pick by name (``min``: the FGD artifact's smallest name), over the tied names in order."""
+    return lambda best, names: chosen_batch(best, names, choose)
 
 
 def random_applies(pod: PodInfo, prefer_no_schedule: bool) -> bool:

@@ -37,6 +37,7 @@ from app.service import ExtenderService
 from scoring.framework import PodInfo
 from scoring.kube_scheduler import select_host, select_host_batch
 from scoring.table import EXACT_LIMIT, Int64Array
+from scoring.tie_break import choosing, drawing
 from simulator import sharing as dra
 from simulator.inflate import DEFAULT_TARGET, inflate, shuffled
 from simulator.metrics import (
@@ -202,8 +203,7 @@ class _Scheduler:
             self.cache,
             SnapshotBinder(self.cache),
             claim_writer=writer,
-            choose=None if random_pick else self.choose,
-            draw=self.rng.randrange if random_pick else None,
+            tie_pick=drawing(self.rng.randrange) if random_pick else choosing(self.choose),
         )
         if sharing == "dra":
             self.cache.dra.upsert_class(dra.device_class())

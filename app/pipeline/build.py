@@ -16,6 +16,7 @@ from app.pipeline.framework import Participant, Pipeline
 from app.pipeline.gangs import Gangs
 from app.pipeline.queues import Queues
 from scoring.managed_fit import ManagedResourcesFit
+from scoring.tie_break import TiePick
 
 __all__ = ["build_pipeline"]
 
@@ -25,12 +26,10 @@ def build_pipeline(
     cache: ClusterCache,
     claim_writer: ClaimWriter | None,
     wall_clock: Callable[[], float] = time.time,
-    choose: Callable[[list[str]], str] | None = None,
-    draw: Callable[[int], int] | None = None,
+    tie_pick: TiePick | None = None,
 ) -> tuple[Pipeline, ResourceFit]:
     """The participants in order (fit, claims, queues, gangs), and the resource fit (the pipeline's
-    scorer); ``choose`` / ``draw``: ``tieBreak.random``'s pick among node names or position among
-    tied nodes (neither: a random position)."""
+    scorer); ``tie_pick``: ``tieBreak.random``'s pick among tied nodes (None: a random position)."""
     cache.dra.proposal_ttl = config.dra.proposalTTLSeconds
     fairness = Fairness.attach(cache, config.queue_config(), wall_clock)
     profile = config.build_profile(FlavorFairness(fairness) if fairness is not None else None)
@@ -40,8 +39,7 @@ def build_pipeline(
         ManagedResourcesFit(config.managed_resource_names),
         config.priorityScale,
         config.tie_break(),
-        choose,
-        draw,
+        tie_pick,
     )
     participants: list[Participant] = [fit]
     dra = None

@@ -8,7 +8,7 @@ scoring stage of their own, so its weight combines with the others as in kube-sc
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -27,7 +27,14 @@ from scoring.managed_fit import ManagedResourcesFit
 from scoring.priority_scale import PriorityScale
 from scoring.profile import Profile
 from scoring.table import Batch, BoolArray
-from scoring.tie_break import TieBreak, asks_for_any, lowest_name_batch, most_allocated, most_allocated_batch
+from scoring.tie_break import (
+    TieBreak,
+    TiePick,
+    asks_for_any,
+    lowest_name_batch,
+    most_allocated,
+    most_allocated_batch,
+)
 
 __all__ = ["ResourceFit"]
 
@@ -42,8 +49,7 @@ class ResourceFit(Participant):
         fit: ManagedResourcesFit,
         scale: PriorityScale,
         tie_break: TieBreak | None = None,
-        choose: Callable[[list[str]], str] | None = None,
-        draw: Callable[[int], int] | None = None,
+        tie_pick: TiePick | None = None,
     ) -> None:
         self.cache = cache
         self.nodes = CandidateNodes(cache)
@@ -51,7 +57,7 @@ class ResourceFit(Participant):
         self.fit = fit
         self.scale = scale  # priorityScale: the profile's 0..100 node scores to /prioritize's 0..10
         self.tie_break = tie_break  # which of the best nodes keep the best priority (None: all)
-        self.random_ties = RandomTies(cache, choose, draw)  # tieBreak.random's draw and its picks in flight
+        self.random_ties = RandomTies(cache, tie_pick)  # tieBreak.random's pick and its picks in flight
         self.claim_devices = ClaimDevices(cache.dra)  # what a pod's claims ask of extended resources
 
     # ------------------------------------------------------------------ filter

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import random
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -21,7 +21,7 @@ import numpy.typing as npt
 from app.cluster.cache import ClusterCache
 from scoring.framework import PodInfo
 from scoring.table import BoolArray
-from scoring.tie_break import chosen_batch, drawn_batch, random_applies
+from scoring.tie_break import TiePick, drawing, random_applies
 
 __all__ = ["KEPT", "TTL_SECONDS", "RandomTies"]
 
@@ -30,18 +30,14 @@ TTL_SECONDS = 5.0  # a pick whose pod never shows up bound (kube-scheduler gave 
 
 
 class RandomTies:
-    def __init__(
-        self,
-        cache: ClusterCache,
-        choose: Callable[[list[str]], str] | None = None,
-        draw: Callable[[int], int] | None = None,
-    ) -> None:
-        """``choose``: a pick among the tied nodes' names (the simulator's lowest-name rule); else
-        ``draw``: a position among n tied nodes (None: drawn at random; the simulator passes its model
-        of kube-scheduler's draw). A draw reads no name: thousands of tied nodes cost no list."""
+    __slots__ = ("_picks", "cache", "pick")
+
+    def __init__(self, cache: ClusterCache, pick: TiePick | None = None) -> None:
+        """``pick``: which of the tied nodes stays (None: a position drawn at random, which reads no
+        name, so thousands of tied nodes cost no list; the simulator passes its model of
+        kube-scheduler's pick)."""
         self.cache = cache
-        self.choose = choose
-        self.draw = draw or random.Random().randrange
+        self.pick = pick or drawing(random.Random().randrange)
         self._picks: OrderedDict[str, tuple[str, float]] = OrderedDict()  # pod uid -> (node, when)
 
     def keep_one(
@@ -62,10 +58,7 @@ class RandomTies:
                 held = won & np.fromiter((n in inflight for n in names), np.bool_, len(names))
             if held.any():
                 won = held
-        if np.count_nonzero(won) > 1:
-            kept = drawn_batch(won, self.draw) if self.choose is None else chosen_batch(won, names, self.choose)
-        else:
-            kept = won
+        kept = self.pick(won, names) if np.count_nonzero(won) > 1 else won
         self._picks[pod.uid] = (names[int(kept.nonzero()[0][0])], self.cache.clock())
         self._picks.move_to_end(pod.uid)
         while len(self._picks) > KEPT:

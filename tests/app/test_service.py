@@ -15,6 +15,7 @@ from app.cluster.snapshot import SnapshotBinder
 from app.cluster.writes import BindError
 from app.http import wire
 from app.service import ExtenderService
+from scoring.tie_break import choosing
 from tests.conftest import bind_body, bind_pod, filter_answer, filter_body, make_service, node_obj, pod_obj
 
 
@@ -443,10 +444,10 @@ def test_tie_break_at_random_passes_one_of_the_tied_nodes() -> None:
 
 
 def test_tie_break_at_random_follows_the_given_rule() -> None:
-    """The pick is ``choose`` over the tied names in candidate order (the simulator hands its own)."""
+    """A pick by name chooses over the tied names in candidate order (the simulator hands its own)."""
     service = _random_tie_service([node_obj("n3"), node_obj("n2"), node_obj("n0")])
     seen: list[list[str]] = []
-    service.resources.random_ties.choose = lambda names: seen.append(names) or names[-1]
+    service.resources.random_ties.pick = choosing(lambda names: seen.append(names) or names[-1])
     assert _filter(service, pod_obj("p", gpus=1), ["n3", "n0", "n2"])["NodeNames"] == ["n2"]
     assert seen == [["n3", "n2"]]
 
@@ -566,7 +567,7 @@ def test_best_scored_answer_is_the_top_of_prioritize_over_the_feasible_nodes(
     for mode in ("Feasible", "BestScored"):
         config = {**extender_config(), "filterReturns": mode, "managedResources": ["nvidia.com/gpu", "cpu", "memory"]}
         service = make_service(objs, running, config)
-        service.resources.random_ties.choose = min  # tieBreak.random: the same pick in both services
+        service.resources.random_ties.pick = choosing(min)  # tieBreak.random: the same pick in both services
         answers[mode] = (_filter(service, pod, names), service)
     (feasible, service), (best, _) = answers["Feasible"], answers["BestScored"]
     if len(feasible["NodeNames"]) <= 1:
