@@ -256,8 +256,8 @@ class ExtenderConfiguration(_Strict):
     filterReturns: FilterReturns = Field(
         FEASIBLE,
         description="Which nodes /filter lets through: Feasible (every node that passes) or BestScored (only "
-        "those the profile scores highest: kube-scheduler then takes a single one without scoring, and "
-        "chooses among ties as before). See scoring/best_scored.py.",
+        "those the profile scores highest: with one node left kube-scheduler takes it without scoring, "
+        "with several it scores them and picks one). See scoring/best_scored.py.",
     )
     filterFailures: Literal["Always", "WhenUnschedulable"] = Field(
         "Always",

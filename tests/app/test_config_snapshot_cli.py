@@ -148,6 +148,20 @@ def test_check_config_command(capsys: pytest.CaptureFixture[str], tmp_path: Path
     assert "the file is empty" in capsys.readouterr().err
 
 
+def test_the_cli_reference_shows_the_messages_check_config_prints(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """docs/reference/cli.md quotes check-config's errors for an unknown plugin and an empty file."""
+    documented = (ROOT / "docs" / "reference" / "cli.md").read_text()
+    bad, empty = tmp_path / "bad.yaml", tmp_path / "empty.yaml"
+    bad.write_text("plugins: [{name: Foo}]\n")
+    empty.write_text("")
+    for path in (bad, empty):
+        assert main(["check-config", "--config", str(path)]) == 2
+        printed = capsys.readouterr().err.strip().replace(str(tmp_path) + "/", "")
+        assert printed in documented.splitlines()
+
+
 def test_serve_refuses_unusable_credentials_with_a_message(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     broken = tmp_path / "kubeconfig"
     broken.write_text("clusters: [\n")
