@@ -29,7 +29,7 @@ from simulator.schedconfig import (
 from tests.scoring.builders import ctr, pod
 
 ROOT = Path(__file__).resolve().parents[2]
-OLD_SHIPPED = ROOT / "tests" / "fixtures" / "old-shipped" / "kube-scheduler-config.yaml"
+LOW_WEIGHT = ROOT / "tests" / "fixtures" / "low-weight-profile" / "kube-scheduler-config.yaml"
 GPU = "nvidia.com/gpu"
 EXTENDER = {"urlPrefix": "http://127.0.0.1:8888", "filterVerb": "filter", "prioritizeVerb": "prioritize", "weight": 5}
 DEFAULT_SCORES = [
@@ -96,12 +96,12 @@ def test_the_shipped_profile_leaves_resource_scoring_to_the_extender() -> None:
     assert shipped.scoring().extender_points(1) > 100 * sum(p.weight for p in shipped.score_plugins)
 
 
-def test_the_old_shipped_profile_scores_resources_in_tree_next_to_a_weight_one_extender() -> None:
-    old = load_scheduler_config(OLD_SHIPPED)
-    assert old.weight("NodeResourcesFit") == 1 and old.weight("NodeResourcesBalancedAllocation") == 1
-    assert old.fit_args.ignored_resources == (GPU,)
-    assert old.extender_weight == 1
-    plugins = old.scoring().plugins
+def test_a_low_weight_profile_scores_resources_in_tree_next_to_a_weight_one_extender() -> None:
+    low = load_scheduler_config(LOW_WEIGHT)
+    assert low.weight("NodeResourcesFit") == 1 and low.weight("NodeResourcesBalancedAllocation") == 1
+    assert low.fit_args.ignored_resources == (GPU,)
+    assert low.extender_weight == 1
+    plugins = low.scoring().plugins
     assert [type(p.plugin) for p in plugins] == [NodeResourcesFit, NodeResourcesBalancedAllocation]
     assert [p.weight for p in plugins] == [1, 1]
 

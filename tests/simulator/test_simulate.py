@@ -443,19 +443,19 @@ def test_cli_reports_bad_traces_and_policies(tmp_path: Path, capsys: pytest.Capt
 
 
 # ------------------------------------------------------------------------------------ kube-scheduler's choice
-OLD_SHIPPED = ROOT / "tests" / "fixtures" / "old-shipped"
+LOW_WEIGHT = ROOT / "tests" / "fixtures" / "low-weight-profile"
 
 
-def old_shipped() -> tuple[ExtenderConfiguration, SchedulerConfig]:
-    """The configuration a real cluster ran before the placement fix: in-tree LeastAllocated and
+def low_weight_profile() -> tuple[ExtenderConfiguration, SchedulerConfig]:
+    """A profile where kube-scheduler's own scores outweigh the extender's: in-tree LeastAllocated and
     BalancedAllocation scoring, extender weight 1, Absolute priorities."""
     return (
-        load_config(OLD_SHIPPED / "extender-config.yaml"),
-        load_scheduler_config(OLD_SHIPPED / "kube-scheduler-config.yaml"),
+        load_config(LOW_WEIGHT / "extender-config.yaml"),
+        load_scheduler_config(LOW_WEIGHT / "kube-scheduler-config.yaml"),
     )
 
 
-def new_shipped() -> tuple[ExtenderConfiguration, SchedulerConfig]:
+def shipped_profile() -> tuple[ExtenderConfiguration, SchedulerConfig]:
     return load_config(None), load_scheduler_config(DEFAULT_SCHEDULER_CONFIG)
 
 
@@ -472,14 +472,16 @@ def test_in_tree_scores_outweigh_a_weight_one_extender(tmp_path: Path, seed: int
         "a,64000,524288,8,A100\nb,64000,524288,8,A100\n",
         "p1,8000,65536,1,1000,,LS,Running,0,,0\np2,8000,65536,1,1000,,LS,Running,1,,1\n",
     )
-    old_config, old_scheduler = old_shipped()
-    spread = simulate("fitplus-sra", old_config, nodes, pods, seed=seed, scheduler=old_scheduler, sharing="none")
+    low_config, low_scheduler = low_weight_profile()
+    spread = simulate("fitplus-sra", low_config, nodes, pods, seed=seed, scheduler=low_scheduler, sharing="none")
     assert spread.placements["p1"] != spread.placements["p2"]
     # the extender's priority alone: 8 > 7
-    alone = simulate("fitplus-sra", old_config, nodes, pods, seed=seed, sharing="none")
+    alone = simulate("fitplus-sra", low_config, nodes, pods, seed=seed, sharing="none")
     assert alone.placements["p1"] == alone.placements["p2"]
-    new_config, new_scheduler = new_shipped()
-    packed = simulate("fitplus-sra", new_config, nodes, pods, seed=seed, scheduler=new_scheduler, sharing="none")
+    shipped_config, shipped_scheduler = shipped_profile()
+    packed = simulate(
+        "fitplus-sra", shipped_config, nodes, pods, seed=seed, scheduler=shipped_scheduler, sharing="none"
+    )
     assert packed.placements["p1"] == packed.placements["p2"]
 
 
@@ -498,28 +500,30 @@ def _gpu_cluster(tmp_path: Path) -> tuple[list, list]:  # type: ignore[type-arg]
 
 
 @pytest.mark.parametrize("seed", [0, 1])
-def test_old_shipped_configuration_spreads_gpus_that_the_new_one_packs(tmp_path: Path, seed: int) -> None:
+def test_a_low_weight_profile_spreads_gpus_that_the_shipped_one_packs(tmp_path: Path, seed: int) -> None:
     nodes, pods = _gpu_cluster(tmp_path)
     one_gpu = [p.name for p in pods if p.gpus == 1]
 
     def gpu_nodes_used(result: PolicyResult) -> set[str]:
         return {result.placements[name] for name in one_gpu if name in result.placements}
 
-    old_config, old_scheduler = old_shipped()
-    old = simulate("fitplus-sra", old_config, nodes, pods, seed=seed, scheduler=old_scheduler, sharing="none")
-    new_config, new_scheduler = new_shipped()
-    new = simulate("fitplus-sra", new_config, nodes, pods, seed=seed, scheduler=new_scheduler, sharing="none")
-    placed = [name for name in one_gpu if name in new.placements]
-    assert len(gpu_nodes_used(new)) <= -(-len(placed) // 8) + 3  # packed: close to the fewest whole nodes
-    assert len(gpu_nodes_used(old)) >= len(gpu_nodes_used(new)) + 5  # spread over many more GPU nodes
-    # The 8-GPU pod comes last, at high GPU use: the old configuration has left no GPU node empty
-    # (enough GPUs are free, none of them together), the new one still has whole nodes.
-    failure = old.first_gpu_failure
+    low_config, low_scheduler = low_weight_profile()
+    low = simulate("fitplus-sra", low_config, nodes, pods, seed=seed, scheduler=low_scheduler, sharing="none")
+    shipped_config, shipped_scheduler = shipped_profile()
+    shipped = simulate(
+        "fitplus-sra", shipped_config, nodes, pods, seed=seed, scheduler=shipped_scheduler, sharing="none"
+    )
+    placed = [name for name in one_gpu if name in shipped.placements]
+    assert len(gpu_nodes_used(shipped)) <= -(-len(placed) // 8) + 3  # packed: close to the fewest whole nodes
+    assert len(gpu_nodes_used(low)) >= len(gpu_nodes_used(shipped)) + 5  # spread over many more GPU nodes
+    # The 8-GPU pod comes last, at high GPU use: the low-weight profile has left no GPU node empty
+    # (enough GPUs are free, none of them together), the shipped one still has whole nodes.
+    failure = low.first_gpu_failure
     assert failure is not None and failure.pod == "big"
-    assert failure.allocated_gpus >= 0.6 * old.total_gpus and failure.fragmented_gpus >= 8
-    assert "big" in new.placements and new.failed[KIND_MULTI_GPU] == 0
-    demand, allocated = new.curve[-1]
-    assert demand == new.gpu_demand and allocated - 8 >= 0.6 * new.total_gpus  # GPUs in use before it
+    assert failure.allocated_gpus >= 0.6 * low.total_gpus and failure.fragmented_gpus >= 8
+    assert "big" in shipped.placements and shipped.failed[KIND_MULTI_GPU] == 0
+    demand, allocated = shipped.curve[-1]
+    assert demand == shipped.gpu_demand and allocated - 8 >= 0.6 * shipped.total_gpus  # GPUs in use before it
 
 
 def test_one_feasible_node_is_taken_without_prioritize(tmp_path: Path) -> None:
@@ -528,7 +532,7 @@ def test_one_feasible_node_is_taken_without_prioritize(tmp_path: Path) -> None:
         "a,8000,16384,2,T4\nb,8000,16384,0,\n",
         "p,1000,1024,1,1000,,LS,Running,0,,0\nq,1000,1024,0,0,,LS,Running,1,,1\n",
     )
-    config, shipped = new_shipped()
+    config, shipped = shipped_profile()
     scheduler = _Scheduler(policy_config(config, "fitplus-sra"), nodes, seed=0, scheduler=shipped)
     assert asyncio.run(scheduler.schedule(pods[0])) == "a"  # b has no GPU: one node passes
     assert [d["verb"] for d in scheduler.service.decisions] == ["filter", "bind"]  # as kube-scheduler: no scoring
@@ -560,10 +564,10 @@ def test_cli_shows_and_takes_the_scheduler_config(tmp_path: Path, capsys: pytest
     assert "extender weight 200" in out
     assert main([*args, "--scheduler-config", "none"]) == 0
     assert "scheduler config: none (the extender's priority alone decides)" in capsys.readouterr().out
-    old = str(OLD_SHIPPED / "kube-scheduler-config.yaml")
-    assert main([*args, "--scheduler-config", old, "--profile", "gpu-scheduler", "--json"]) == 0
+    low_weight = str(LOW_WEIGHT / "kube-scheduler-config.yaml")
+    assert main([*args, "--scheduler-config", low_weight, "--profile", "gpu-scheduler", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)["schedulerConfig"]
-    assert report["source"] == old and report["extenderWeight"] == 1
+    assert report["source"] == low_weight and report["extenderWeight"] == 1
     assert {"name": "NodeResourcesFit", "weight": 1, "modelled": True} in report["scorePlugins"]
     assert main([*args, "--scheduler-config", str(tmp_path / "missing.yaml")]) == 2
     assert "cannot read scheduler config" in capsys.readouterr().err
