@@ -7,7 +7,7 @@ room held) and of a later member (its planned node), in process, on a synthetic 
 ``example.com/block``), a seeded half of their GPUs in use (0, 4 or 8 a node); members ask for 4 GPUs
 each; every node is a candidate (kube-scheduler's nodeCacheCapable NodeNames). Each round creates a
 group, filters its first member, then another member, then deletes the group's pods (which releases
-its holds). Run by hand; figures in docs/performance.md.
+its holds). Run by hand; figures in docs/concepts/gangs.md.
 """
 
 from __future__ import annotations
