@@ -22,6 +22,7 @@ from app.cluster.cache import ClusterCache
 from app.cluster.cache_events import CacheEvent, Counted, NodeChanged, PodChanged, PodCounted
 from app.cluster.objects import NodeObject
 from app.cluster.workloads import WorkloadAdmissions, kueue_group_name
+from app.pipeline.node_signatures import NodeSignatures
 from app.pipeline.nodes import REASON_NODE_NOT_IN_CACHE
 from fairshare.admission import Verdict, check_quota
 from fairshare.assignment import FlavorVerdict, QueuedPod, counted_usage, judge, queued_pod
@@ -40,34 +41,6 @@ from scoring.framework import NodeInfo, PodInfo
 __all__ = ["FLAVOR_FAIRNESS", "Fairness", "FlavorFairness", "PreemptChoice"]
 
 _PLACEMENTS = 1024  # placements of recently seen queued pods, for prioritize, bind and preempt
-
-
-class NodeSignatures:
-    """Each node's flavor-label signature (the values of every flavor's label keys) as a small integer,
-    kept at cache-update time: a request then judges each distinct signature once and maps the
-    verdicts onto its nodes with numpy, instead of reading every node's labels."""
-
-    def __init__(self, keys: tuple[str, ...]) -> None:
-        self.keys = keys
-        self.ids: dict[tuple[str | None, ...], int] = {}
-        self.labels: list[dict[str, str]] = []  # id -> the labels that decide flavors
-        self.by_node: dict[str, int] = {}
-
-    def set_node(self, name: str, labels: Mapping[str, str] | None) -> None:
-        if labels is None:
-            self.by_node.pop(name, None)
-            return
-        signature = tuple(labels.get(k) for k in self.keys)
-        sid = self.ids.get(signature)
-        if sid is None:
-            sid = self.ids[signature] = len(self.labels)
-            self.labels.append({k: v for k, v in zip(self.keys, signature, strict=True) if v is not None})
-        self.by_node[name] = sid
-
-    def lookup(self, names: Sequence[str]) -> npt.NDArray[np.int64]:
-        """Signature id per name; -1 for nodes the cache does not know."""
-        get = self.by_node.get
-        return np.fromiter((get(n, -1) for n in names), dtype=np.int64, count=len(names))
 
 
 class Fairness:
@@ -231,10 +204,19 @@ class Fairness:
 
     # ------------------------------------------------------------------ per node signature
     def _judged(
-        self, pod: PodInfo, queued: QueuedPod, names: Sequence[str], snap: TreeUsage | None = None
+        self,
+        pod: PodInfo,
+        queued: QueuedPod,
+        names: Sequence[str],
+        snap: TreeUsage | None = None,
+        rows: npt.NDArray[np.intp] | None = None,
     ) -> tuple[npt.NDArray[np.int64], dict[int, FlavorVerdict]]:
-        """Signature id per node and one verdict per distinct signature among them."""
-        ids = self.signatures.lookup(names)
+        """Signature id per node and one verdict per distinct signature among them; ``rows``: the
+        nodes' rows in the cache's node table, when every one has one (read by row, not by name)."""
+        if rows is not None and self.cache is not None:
+            ids = self.signatures.by_row(self.cache.table)[rows]
+        else:
+            ids = self.signatures.lookup(names)
         snap = snap if snap is not None else self.usage.snapshot_without(pod.uid)
         placement = self.placement(pod.uid)
         labels = self.signatures.labels
@@ -250,12 +232,15 @@ class Fairness:
             yield name, verdicts.get(sid)
 
     # ------------------------------------------------------------------ filter
-    def filter(self, pod: PodInfo, names: Sequence[str]) -> dict[str, tuple[bool, str]]:
-        """Nodes the pod's queue may not use: name -> (unresolvable, reason); recorded for /debug/queues."""
+    def filter(
+        self, pod: PodInfo, names: Sequence[str], rows: npt.NDArray[np.intp] | None = None
+    ) -> dict[str, tuple[bool, str]]:
+        """Nodes the pod's queue may not use: name -> (unresolvable, reason); recorded for /debug/queues.
+        ``rows``: the nodes' rows in the cache's node table, when every one has one."""
         queued = self.queued(pod)
         if queued is None or not names:
             return {}
-        out = self._rejections(pod, queued, names)
+        out = self._rejections(pod, queued, names, rows)
         if out:
             reasons: dict[str, int] = {}
             for _hard, reason in out.values():
@@ -263,7 +248,9 @@ class Fairness:
             self.record("filter", pod, queued, rejected=len(out), of=len(names), reasons=reasons)
         return out
 
-    def _rejections(self, pod: PodInfo, queued: QueuedPod, names: Sequence[str]) -> dict[str, tuple[bool, str]]:
+    def _rejections(
+        self, pod: PodInfo, queued: QueuedPod, names: Sequence[str], rows: npt.NDArray[np.intp] | None = None
+    ) -> dict[str, tuple[bool, str]]:
         if queued.missing:
             return dict.fromkeys(names, (True, queued.missing))
         if queued.kind == "kai":
@@ -271,7 +258,7 @@ class Fairness:
             return {} if rejection is None else dict.fromkeys(names, rejection)
         if not queued.covered:
             return {}  # nothing the queue limits: every flavor question is moot
-        ids, verdicts = self._judged(pod, queued, names)
+        ids, verdicts = self._judged(pod, queued, names, rows=rows)
         rejected = [sid for sid, judged in verdicts.items() if judged.verdict is not Verdict.FITS]
         if not rejected:
             return {}
@@ -348,13 +335,16 @@ class Fairness:
         self.record("bind", pod, queued, **detail)
 
     # ------------------------------------------------------------------ prioritize
-    def scores(self, pod: PodInfo, names: Sequence[str]) -> npt.NDArray[np.int64]:
-        """FlavorFairness 0..100 per node (0 where the node's flavor is not allowed or unknown)."""
+    def scores(
+        self, pod: PodInfo, names: Sequence[str], rows: npt.NDArray[np.intp] | None = None
+    ) -> npt.NDArray[np.int64]:
+        """FlavorFairness 0..100 per node (0 where the node's flavor is not allowed or unknown); ``rows``:
+        the nodes' rows in the cache's node table, when every one has one."""
         queued = self.queued(pod)
         if queued is None or queued.kind != "kueue" or queued.missing or not queued.covered:
             return np.zeros(len(names), dtype=np.int64)
         snap = self.usage.snapshot_without(pod.uid)
-        ids, verdicts = self._judged(pod, queued, names, snap)
+        ids, verdicts = self._judged(pod, queued, names, snap, rows)
         by_id = np.zeros(len(self.signatures.labels) + 1, dtype=np.int64)  # slot 0: unknown nodes (id -1)
         weights = self.config.weight
         for sid, judged in verdicts.items():
@@ -494,4 +484,4 @@ class FlavorFairness:
         return int(self.fairness.scores(pod, [node.name])[0])
 
     def score_batch(self, pod: PodInfo, batch: Any) -> Any:
-        return self.fairness.scores(pod, batch.names)
+        return self.fairness.scores(pod, batch.names, batch.rows if batch.all_known else None)

@@ -42,8 +42,10 @@ class Queues(Participant):
 
     def filter(self, cycle: FilterCycle) -> None:
         positions = cycle.passing()
-        names = [cycle.names[position] for position in positions]
-        rejected = self.fairness.filter(cycle.pod, names)
+        names = list(map(cycle.names.__getitem__, positions))
+        batch = cycle.batch
+        rows = batch.rows[positions] if batch is not None and batch.all_known else None
+        rejected = self.fairness.filter(cycle.pod, names, rows)
         if not rejected:
             return
         for position, name in zip(positions, names, strict=True):
