@@ -35,7 +35,7 @@ from allocator.requests import Alternative
 from allocator.slice_index import SliceIndex
 from allocator.types import Device
 
-__all__ = ["DeviceTable", "FastDevices", "Selection", "decide", "select", "simple_request"]
+__all__ = ["DeviceTable", "FastDevices", "Selection", "decide", "select", "select_at", "simple_request"]
 
 Held = tuple[bool, int, Mapping[str, Fraction] | None]  # as app.cluster.dra_extended.Held
 _LIMIT = 2**53
@@ -305,7 +305,11 @@ class Selection:
 
 
 def select(table: DeviceTable, names: Sequence[str]) -> Selection:
-    index = np.fromiter((table.nodes.get(n, -1) for n in names), dtype=np.intp, count=len(names))
+    return select_at(table, np.fromiter((table.nodes.get(n, -1) for n in names), dtype=np.intp, count=len(names)))
+
+
+def select_at(table: DeviceTable, index: npt.NDArray[np.intp]) -> Selection:
+    """``select`` for candidates already mapped to the table's node indices (-1: unknown)."""
     known = index >= 0
     decided = np.zeros(len(index), dtype=bool)
     decided[known] = table.simple[index[known]]

@@ -55,7 +55,7 @@ class DraClaims(Participant):
                 if claims.extended is None:
                     return  # only extended resources no DeviceClass serves: device plugins' business
                 positions = self._without_device_plugins(cycle, claims.extended.classes)
-            fast = self.dra.fast_filter(pod, claims, cycle.names)  # None for a special claim
+            fast = self.dra.fast_filter(pod, claims, cycle.names, cycle.batch)  # None for a special claim
             if fast is not None:
                 positions = self._take_fast(cycle, fast)
             elif positions is None:

@@ -13,8 +13,10 @@ import numpy.typing as npt
 from allocator import AllocationError, ResourceClaim
 from allocator.requests import claim_requests
 from app.cluster.dra import DraState
-from app.cluster.dra_fast import DeviceTable, Selection, decide, select, simple_request
+from app.cluster.dra_fast import DeviceTable, Selection, decide, select, select_at, simple_request
 from scoring.framework import Code, PodInfo, Status
+from scoring.row_lookup import RowLookup
+from scoring.table import Batch
 
 __all__ = ["FastPath", "FastVerdicts"]
 
@@ -35,10 +37,14 @@ class FastPath:
         # the last candidate list (by identity: kube-scheduler sends the same one again) as table nodes
         self._selection: tuple[Sequence[str], DeviceTable, Selection] | None = None
         self._statuses: tuple[DeviceTable, tuple[Status, ...]] | None = None
+        self._by_row = RowLookup()  # the device table's node index per row of the node table
 
-    def verdicts(self, pod: PodInfo, claim: ResourceClaim, names: Sequence[str]) -> FastVerdicts | None:
+    def verdicts(
+        self, pod: PodInfo, claim: ResourceClaim, names: Sequence[str], batch: Batch | None = None
+    ) -> FastVerdicts | None:
         """``claim`` (the pod's only claim to allocate) on every node of ``names``; None when it is not
-        simple (``app.cluster.dra_fast.simple_request``) or the state needs the full search."""
+        simple (``app.cluster.dra_fast.simple_request``) or the state needs the full search.
+        ``batch``: the candidates' node-table rows, read instead of the names when all are known."""
         state = self.state
         own = state.inflight.get(pod.uid)
         # A bind under way: only the search leaves its own devices out. A gang member's hold is left
@@ -58,6 +64,9 @@ class FastPath:
         cached = self._selection
         if cached is not None and cached[0] is names and cached[1] is table:
             selection = cached[2]
+        elif batch is not None and len(batch) == len(names) and batch.all_known:  # known nodes: one gather
+            selection = select_at(table, self._by_row.by_row(batch.table, table.nodes)[batch.rows])
+            self._selection = (names, table, selection)
         else:
             selection = select(table, names)
             self._selection = (names, table, selection)

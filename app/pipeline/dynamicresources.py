@@ -48,6 +48,7 @@ from app.cluster.writes import ClaimWriteError
 from app.pipeline.dra_fast_path import FastPath, FastVerdicts
 from app.pipeline.extended_claims import ExtendedClaims
 from scoring.framework import Code, PodInfo, Status
+from scoring.table import Batch
 
 __all__ = [
     "RESERVED_FOR_MAX",
@@ -279,12 +280,14 @@ class DynamicResources:
             self.state.propose(pod.uid, claims.unallocated_keys, proposals)
         return failures
 
-    def fast_filter(self, pod: PodInfo, claims: PodClaims, names: Sequence[str]) -> FastVerdicts | None:
+    def fast_filter(
+        self, pod: PodInfo, claims: PodClaims, names: Sequence[str], batch: Batch | None = None
+    ) -> FastVerdicts | None:
         """Decide a simple pod on every node at once (``app.pipeline.dra_fast_path``); None when it is not
-        simple. Nodes left undecided go to ``filter``."""
+        simple. Nodes left undecided go to ``filter``. ``batch``: the candidates' node-table rows."""
         if claims.allocated or len(claims.unallocated) != 1 or claims.extended is not None:
             return None
-        return self.fast.verdicts(pod, claims.unallocated[0], names)
+        return self.fast.verdicts(pod, claims.unallocated[0], names, batch)
 
     def preference(self, pod: PodInfo, node: str) -> Sequence[DeviceID]:
         """The devices the device choice gives ``pod`` on ``node`` (none without a choice)."""

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import numpy.typing as npt
 
+from scoring.row_lookup import RowLookup
 from scoring.table import Int64Array, NodeTable
 
 __all__ = ["NodeSignatures"]
@@ -25,7 +26,7 @@ class NodeSignatures:
         self.labels: list[dict[str, str]] = []  # id -> the labels that decide flavors
         self.by_node: dict[str, int] = {}
         self.version = 0  # changes with any node's signature
-        self._rows: tuple[NodeTable, int, int, Int64Array] | None = None  # table, its version, ours, ids
+        self._rows = RowLookup()
 
     def set_node(self, name: str, labels: Mapping[str, str] | None) -> None:
         if labels is None:
@@ -49,13 +50,4 @@ class NodeSignatures:
     def by_row(self, table: NodeTable) -> Int64Array:
         """Signature id per row of ``table`` (-1 for a free row or a node not set here); computed
         again only after a node's signature or the table's name -> row mapping changed."""
-        kept = self._rows
-        if kept is not None and kept[0] is table and kept[1] == table.version and kept[2] == self.version:
-            return kept[3]
-        ids = np.full(len(table.labels), -1, dtype=np.int64)
-        get = self.by_node.get
-        for name, row in table.index.items():
-            ids[row] = get(name, -1)
-        ids.flags.writeable = False
-        self._rows = (table, table.version, self.version, ids)
-        return ids
+        return self._rows.by_row(table, self.by_node, self.version)

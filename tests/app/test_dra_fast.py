@@ -113,6 +113,15 @@ def test_the_fast_path_decides_every_node_as_the_allocator_does(cluster: tuple[l
         assert bool(fast.passes[position]) == status.passed, name
         if not status.passed:
             assert fast.reasons[fast.reason[position]] == status, name
+    # Candidates the node table knows, in another order, are read by their rows: the same answer.
+    order = list(reversed(NODES))
+    batch = service.cache.table.batch(order)
+    assert batch is not None and batch.all_known
+    by_row = DynamicResources(state).fast_filter(pod, claims, order, batch)
+    by_name = DynamicResources(state).fast_filter(pod, claims, list(order))
+    assert by_row is not None and by_name is not None
+    for answer in ("decided", "passes", "reason"):
+        assert getattr(by_row, answer).tolist() == getattr(by_name, answer).tolist()
 
 
 def test_tainted_devices_and_unknown_nodes_go_to_the_allocator() -> None:
