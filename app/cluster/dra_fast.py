@@ -35,7 +35,16 @@ from allocator.requests import Alternative
 from allocator.slice_index import SliceIndex
 from allocator.types import Device
 
-__all__ = ["DeviceTable", "FastDevices", "Selection", "decide", "select", "select_at", "simple_request"]
+__all__ = [
+    "DeviceTable",
+    "FastDevices",
+    "Selection",
+    "decide",
+    "own_selectors",
+    "select",
+    "select_at",
+    "simple_request",
+]
 
 Held = tuple[bool, int, Mapping[str, Fraction] | None]  # as app.cluster.dra_extended.Held
 _LIMIT = 2**53
@@ -72,6 +81,26 @@ class DeviceTable:
     _counted: dict[tuple[object, ...], tuple[npt.NDArray[np.bool_], IntArray, int]] = field(default_factory=dict)
     _changed: list[int] = field(default_factory=list)  # rows whose use changed, oldest first
     _changed_before: int = 0  # changes dropped from the front of ``_changed`` (its first one's number)
+    # ``eligible`` per set of a request's own selectors (None: one failed on some device)
+    _eligible: dict[tuple[str, ...], npt.NDArray[np.bool_] | None] = field(default_factory=dict)
+
+    def eligible(self, expressions: tuple[str, ...], selectors: SelectorCache) -> npt.NDArray[np.bool_] | None:
+        """Per device whether every one of a request's own selector ``expressions`` accepts it; None
+        when one fails on some device (the full search reports that). Kept per expression set: a
+        table's devices never change (new slices build a new table), and results are memoised per
+        device by the selector cache."""
+        if expressions in self._eligible:
+            return self._eligible[expressions]
+        found: npt.NDArray[np.bool_] | None = np.ones(len(self.devices), dtype=bool)
+        try:
+            for device_id, row in self.rows.items():
+                device = self.devices[row]
+                if not all(selectors.matches(e, device, device_id.driver) for e in expressions):
+                    found[row] = False  # type: ignore[index]
+        except SelectorError:
+            found = None
+        self._eligible[expressions] = found
+        return found
 
     def need(self, alt: Alternative) -> tuple[npt.NDArray[np.bool_], IntArray]:
         """Per device whether it can serve ``alt``'s capacity requests at all, and what one
@@ -97,12 +126,17 @@ class DeviceTable:
             self._needs[alt.capacity_key] = found
         return found
 
-    def counts(self, alt: Alternative) -> IntArray:
+    def counts(
+        self, alt: Alternative, eligible: npt.NDArray[np.bool_] | None = None, own: tuple[str, ...] = ()
+    ) -> IntArray:
         """Per node, how many devices could each take one allocation for ``alt`` (read-only; only the
         devices whose use changed since the last call for the same capacity requests are judged
-        again, found in the change log)."""
+        again, found in the change log); ``eligible``: the devices the request's own selectors
+        ``own`` accept (``eligible``), all when None."""
         serves, need = self.need(alt)
-        key = alt.capacity_key
+        if eligible is not None:
+            serves = serves & eligible
+        key = (alt.capacity_key, own)
         logged = self._changed_before + len(self._changed)
         kept = self._counted.get(key)
         if kept is None or kept[2] < self._changed_before:  # new, or behind what the log still holds
@@ -285,13 +319,13 @@ class FastDevices:
 
 
 def simple_request(alt: Alternative) -> bool:
-    """An ``exactly`` ExactCount request with only the class's selectors and no admin access."""
-    return (
-        not alt.all_devices
-        and not alt.admin_access
-        and alt.request == alt.result_name
-        and len(alt.selectors) == len(alt.device_class.selectors)
-    )
+    """An ``exactly`` ExactCount request without admin access (its own selectors: ``own_selectors``)."""
+    return not alt.all_devices and not alt.admin_access and alt.request == alt.result_name
+
+
+def own_selectors(alt: Alternative) -> tuple[str, ...]:
+    """The request's own selector expressions (``Alternative.selectors`` lists the class's first)."""
+    return alt.selectors[len(alt.device_class.selectors) :]
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,13 +355,18 @@ def select_at(table: DeviceTable, index: npt.NDArray[np.intp]) -> Selection:
 
 
 def decide(
-    table: DeviceTable, alt: Alternative, selection: Selection
+    table: DeviceTable, alt: Alternative, selection: Selection, selectors: SelectorCache
 ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_], npt.NDArray[np.intp]] | None:
     """For the nodes of ``selection`` (``select``): whether decided here, whether each passes, and
     the index of its failure reason in ``table.reasons``; None when a capacity the request
-    consumes is not simple (the full allocator decides every node)."""
+    consumes is not simple or one of its own selectors fails on a device (the full allocator
+    decides every node)."""
+    own = own_selectors(alt)
+    eligible = table.eligible(own, selectors) if own else None
+    if own and eligible is None:
+        return None
     try:
-        counts = table.counts(alt)
+        counts = table.counts(alt, eligible, own)
     except _NotSimple:
         return None
     # An unknown name's -1 reads some node's count, but it is not decided, so it does not pass.

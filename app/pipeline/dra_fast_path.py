@@ -70,7 +70,7 @@ class FastPath:
         else:
             selection = select(table, names)
             self._selection = (names, table, selection)
-        decision = decide(table, alt, selection)
+        decision = decide(table, alt, selection, state.selectors)
         if decision is None:
             return None
         if self._statuses is None or self._statuses[0] is not table:

@@ -15,11 +15,13 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from allocator import AllocationError
 from app.cluster.objects import claim_from_obj, pod_from_obj
 from app.pipeline.dynamicresources import DynamicResources, PodClaims
 from tests.conftest import DRIVER, claim_obj, device_class_obj, make_service, node_obj, pod_obj, slice_obj, with_claims
 
 NODES = ("n0", "n1", "n2")
+MEM_SELECTOR = 'device.capacity["gpu.example.com"].mem.compareTo(quantity("3")) >= 0'
 
 
 @st.composite
@@ -84,7 +86,10 @@ def clusters(draw: st.DrawFn) -> tuple[list[dict[str, Any]], dict[str, Any]]:
             for share in range(shares):
                 mem = draw(st.integers(0, 4)) if device.get("allowMultipleAllocations") else None
                 objects.append(allocated(f"{node}-{i}-{share}", node, [(device["name"], mem)]))
-    request = claim_obj("mine", count=draw(st.integers(1, 3)))
+    # The request's own selector: none, one every device answers, or one that fails on devices
+    # without the capacity it reads (the fast path must then leave every node to the search).
+    own = draw(st.sampled_from([None, 'device.attributes["gpu.example.com"].kind == "b"', MEM_SELECTOR]))
+    request = claim_obj("mine", count=draw(st.integers(1, 3)), selector=own)
     if draw(st.booleans()):
         exactly = request["spec"]["devices"]["requests"][0]["exactly"]
         exactly["capacity"] = {"requests": {"mem": str(draw(st.integers(1, 9)))}}
@@ -104,10 +109,17 @@ def test_the_fast_path_decides_every_node_as_the_allocator_does(cluster: tuple[l
     assert isinstance(claims, PodClaims)
     names = [*NODES, "unknown"]
     fast = dra.fast_filter(pod, claims, names)
-    assert fast is not None  # one simple claim: the fast path answers (deciding some nodes)
+    selector = request["spec"]["devices"]["requests"][0]["exactly"].get("selectors")
+    if fast is None:  # only a selector that fails on some device sends every node to the search
+        assert selector is not None and selector[0]["cel"]["expression"] == MEM_SELECTOR
+        return
     allocator = dra.allocator(pod.uid)
     for position, name in enumerate(names):
-        status, _ = dra.filter(allocator, claims, name)
+        try:
+            status, _ = dra.filter(allocator, claims, name)
+        except AllocationError:  # a failing selector on a node the fast path leaves to the search
+            assert not fast.decided[position], name
+            continue
         if not fast.decided[position]:
             continue
         assert bool(fast.passes[position]) == status.passed, name
