@@ -91,12 +91,13 @@ class DeviceTable:
         device by the selector cache."""
         if expressions in self._eligible:
             return self._eligible[expressions]
-        found: npt.NDArray[np.bool_] | None = np.ones(len(self.devices), dtype=bool)
+        accepted = np.ones(len(self.devices), dtype=bool)
+        found: npt.NDArray[np.bool_] | None = accepted
         try:
             for device_id, row in self.rows.items():
                 device = self.devices[row]
                 if not all(selectors.matches(e, device, device_id.driver) for e in expressions):
-                    found[row] = False  # type: ignore[index]
+                    accepted[row] = False
         except SelectorError:
             found = None
         self._eligible[expressions] = found
@@ -132,7 +133,7 @@ class DeviceTable:
         """Per node, how many devices could each take one allocation for ``alt`` (read-only; only the
         devices whose use changed since the last call for the same capacity requests are judged
         again, found in the change log); ``eligible``: the devices the request's own selectors
-        ``own`` accept (``eligible``), all when None."""
+        ``own`` accept (None: every device)."""
         serves, need = self.need(alt)
         if eligible is not None:
             serves = serves & eligible
