@@ -34,6 +34,7 @@ from allocator.cel import SelectorError
 from allocator.requests import Alternative
 from allocator.slice_index import SliceIndex
 from allocator.types import Device
+from scoring.row_lookup import RowLookup
 
 __all__ = [
     "DeviceTable",
@@ -83,6 +84,8 @@ class DeviceTable:
     _changed_before: int = 0  # changes dropped from the front of ``_changed`` (its first one's number)
     # ``eligible`` per set of a request's own selectors (None: one failed on some device)
     _eligible: dict[tuple[str, ...], npt.NDArray[np.bool_] | None] = field(default_factory=dict)
+    # the node index above per row of the scheduling cache's node table (``select`` by rows)
+    by_row: RowLookup = field(default_factory=RowLookup)
 
     def eligible(self, expressions: tuple[str, ...], selectors: SelectorCache) -> npt.NDArray[np.bool_] | None:
         """Per device whether every one of a request's own selector ``expressions`` accepts it; None

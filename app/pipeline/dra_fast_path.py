@@ -15,7 +15,6 @@ from allocator.requests import claim_requests
 from app.cluster.dra import DraState
 from app.cluster.dra_fast import DeviceTable, Selection, decide, select, select_at, simple_request
 from scoring.framework import Code, PodInfo, Status
-from scoring.row_lookup import RowLookup
 from scoring.table import Batch
 
 __all__ = ["FastPath", "FastVerdicts"]
@@ -37,7 +36,6 @@ class FastPath:
         # the last candidate list (by identity: kube-scheduler sends the same one again) as table nodes
         self._selection: tuple[Sequence[str], DeviceTable, Selection] | None = None
         self._statuses: tuple[DeviceTable, tuple[Status, ...]] | None = None
-        self._by_row = RowLookup()  # the device table's node index per row of the node table
 
     def verdicts(
         self, pod: PodInfo, claim: ResourceClaim, names: Sequence[str], batch: Batch | None = None
@@ -65,7 +63,7 @@ class FastPath:
         if cached is not None and cached[0] is names and cached[1] is table:
             selection = cached[2]
         elif batch is not None and len(batch) == len(names) and batch.all_known:  # known nodes: one gather
-            selection = select_at(table, self._by_row.by_row(batch.table, table.nodes)[batch.rows])
+            selection = select_at(table, table.by_row.by_row(batch.table, table.nodes)[batch.rows])
             self._selection = (names, table, selection)
         else:
             selection = select(table, names)
