@@ -45,11 +45,14 @@ from allocator.outcome import (
     Unschedulable,
 )
 from allocator.pools import Candidate, NodePools
-from allocator.requests import Alternative, allocation_config, claim_constraint, claim_requests
+from allocator.requests import Alternative, claim_constraint, claim_requests
 from allocator.taints import NO_TAINT_RULES, TaintRules, taint_blocks
 from allocator.types import (
     ALLOCATION_RESULTS_MAX_SIZE,
+    CONFIG_SOURCE_CLAIM,
+    CONFIG_SOURCE_CLASS,
     AllocationResult,
+    DeviceAllocationConfiguration,
     DeviceClass,
     DeviceID,
     DeviceRequestAllocationResult,
@@ -166,29 +169,6 @@ class Allocator:
             names = ", ".join(p.id for p in pools.unusable if p.invalid)
             return Unschedulable(f"{REASON_INVALID_POOLS} ({names})")
         return Unschedulable(REASON_CANNOT_ALLOCATE)
-
-    def allocate_picked(
-        self, node: NodeRef, pools: NodePools, claim: ResourceClaim, picked: Sequence[tuple[int, DeviceID]]
-    ) -> Allocated | None:
-        """``claim`` (one request, its first alternative) on the candidates at ``picked`` (position in
-        ``pools.candidates``, device), in that order: the search's answer when the caller knows the
-        devices it takes (the first that qualify, from free capacity kept per device), without
-        walking the others. None when one of them cannot be taken as the search would take it (the
-        caller then searches); the result is built as the search builds it."""
-        state = self._claim_state(claim)
-        if len(state.requests) != 1 or not picked:
-            return None
-        alt = state.requests[0][0]
-        if alt.all_devices or alt.count != len(picked) or len(picked) > ALLOCATION_RESULTS_MAX_SIZE:
-            return None
-        search = _Search(self, node, pools, [state])
-        for i, device in picked:
-            candidate = search.candidates[i] if i < len(search.candidates) else None
-            if candidate is None or candidate.id != device or not search._usable(0, i, candidate, alt):
-                return None
-            if search._push(0, i, alt, candidate) != _OK:
-                return None
-        return Allocated((search.result(state),))
 
     def selectable(self, candidate: Candidate, alt: Alternative) -> bool:
         """Every selector accepts the device (memoised per device by the selector cache)."""
@@ -469,9 +449,33 @@ class _Search:
             )
             for alt, candidate, share_id, consumed, _ in state.picked
         )
+        return AllocationResult(devices=devices, config=self._config(state), node_selector=self._node_selector(state))
+
+    @staticmethod
+    def _config(state: _ClaimState) -> tuple[DeviceAllocationConfiguration, ...]:
+        """Class configs first (once per class, for the requests using it), then the claim's own."""
         chosen = [alts[state.chosen[r]] for r, alts in enumerate(state.requests)]
-        config = allocation_config(state.claim, chosen)
-        return AllocationResult(devices=devices, config=config, node_selector=self._node_selector(state))
+        every = {alt.result_name for alt in chosen}
+        out: list[DeviceAllocationConfiguration] = []
+        by_class: dict[str, list[str]] = {}
+        classes: dict[str, DeviceClass] = {}
+        for alt in chosen:
+            by_class.setdefault(alt.device_class.name, []).append(alt.result_name)
+            classes[alt.device_class.name] = alt.device_class
+        for name, requests in by_class.items():
+            for opaque in classes[name].config:
+                if opaque is None:
+                    continue
+                covered = () if set(requests) >= every else tuple(requests)
+                out.append(DeviceAllocationConfiguration(CONFIG_SOURCE_CLASS, covered, opaque))
+        names = {alt.request for alt in chosen} | every
+        for config in state.claim.config:
+            if config.opaque is None:
+                continue
+            if not config.requests or any(r in names for r in config.requests):
+                covered = () if set(config.requests) >= every else config.requests
+                out.append(DeviceAllocationConfiguration(CONFIG_SOURCE_CLAIM, covered, config.opaque))
+        return tuple(out)
 
     def _node_selector(self, state: _ClaimState) -> NodeSelector | None:
         """Node-local devices pin the claim to the node; otherwise the merged terms of the devices used."""

@@ -5,7 +5,7 @@ capacity requests kept), and what no node can fix raises ``AllocationError``."""
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from allocator.cel import SelectorCache, SelectorError
@@ -15,9 +15,6 @@ from allocator.types import (
     ALLOCATION_MODE_ALL,
     ALLOCATION_MODE_EXACT_COUNT,
     ALLOCATION_RESULTS_MAX_SIZE,
-    CONFIG_SOURCE_CLAIM,
-    CONFIG_SOURCE_CLASS,
-    DeviceAllocationConfiguration,
     DeviceClaim,
     DeviceClass,
     DeviceConstraint,
@@ -27,7 +24,7 @@ from allocator.types import (
     ScaledQuantity,
 )
 
-__all__ = ["Alternative", "allocation_config", "claim_constraint", "claim_requests"]
+__all__ = ["Alternative", "claim_constraint", "claim_requests"]
 
 _NO_CAPACITY: tuple[object, ...] = ("capacity",)
 
@@ -167,29 +164,3 @@ def _claim_requests(claim: ResourceClaim, classes: Mapping[str, DeviceClass], ca
     for i, constraint in enumerate(claim.constraints):
         _check_constraint(f"claim {claim.key}, constraint #{i}", constraint)
     return requests
-
-
-def allocation_config(claim: ResourceClaim, chosen: Sequence[Alternative]) -> tuple[DeviceAllocationConfiguration, ...]:
-    """The allocation's ``config`` for the alternatives in use (one per request): class configs first
-    (once per class, for the requests using it), then the claim's own."""
-    every = {alt.result_name for alt in chosen}
-    out: list[DeviceAllocationConfiguration] = []
-    by_class: dict[str, list[str]] = {}
-    classes: dict[str, DeviceClass] = {}
-    for alt in chosen:
-        by_class.setdefault(alt.device_class.name, []).append(alt.result_name)
-        classes[alt.device_class.name] = alt.device_class
-    for name, requests in by_class.items():
-        for opaque in classes[name].config:
-            if opaque is None:
-                continue
-            covered = () if set(requests) >= every else tuple(requests)
-            out.append(DeviceAllocationConfiguration(CONFIG_SOURCE_CLASS, covered, opaque))
-    names = {alt.request for alt in chosen} | every
-    for config in claim.config:
-        if config.opaque is None:
-            continue
-        if not config.requests or any(r in names for r in config.requests):
-            covered = () if set(config.requests) >= every else config.requests
-            out.append(DeviceAllocationConfiguration(CONFIG_SOURCE_CLAIM, covered, config.opaque))
-    return tuple(out)

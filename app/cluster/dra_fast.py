@@ -39,7 +39,6 @@ from scoring.row_lookup import RowLookup
 __all__ = [
     "DeviceTable",
     "FastDevices",
-    "NotSimple",
     "Selection",
     "decide",
     "own_selectors",
@@ -67,16 +66,13 @@ class DeviceTable:
     simple: npt.NDArray[np.bool_]  # per node: decided here
     reasons: list[str]  # distinct reasons a node fails for when too few devices qualify
     reason_of: npt.NDArray[np.intp]  # per node: index into reasons
-    node_of: npt.NDArray[np.intp]  # per device: node index (ascending: a node's devices are adjacent)
-    first_row: npt.NDArray[np.intp]  # per node index, its first device row; one more entry: the end
-    position: npt.NDArray[np.intp]  # per device: its position in its node's candidates (search order)
+    node_of: npt.NDArray[np.intp]  # per device: node index
     names: list[str]  # capacity names (columns)
     value: IntArray  # devices x capacities; 0 where the device lacks the capacity
     has: npt.NDArray[np.bool_]  # devices x capacities
     held_whole: npt.NDArray[np.bool_]
     used: IntArray  # devices x capacities: what existing shares consume
     devices: list[Device]
-    ids: list[DeviceID]  # per row
     rows: dict[DeviceID, int]
     _signatures: list[int] = field(default_factory=list)  # per device: index into _capacities
     _capacities: list[Device] = field(default_factory=list)  # one device per distinct capacity map
@@ -123,7 +119,7 @@ class DeviceTable:
                 if consumed is not None:
                     for name, amount in consumed.items():
                         if not _integral(amount.value):
-                            raise NotSimple
+                            raise _NotSimple
                         row[self.names.index(name)] = int(amount.value)
                 serves.append(ok)
                 need.append(row)
@@ -176,21 +172,6 @@ class DeviceTable:
         qualifies: npt.NDArray[np.bool_] = serves[rows] & ~self.held_whole[rows] & fits
         return qualifies
 
-    def pick(
-        self, node: int, alt: Alternative, eligible: npt.NDArray[np.bool_] | None = None
-    ) -> list[tuple[int, DeviceID]] | None:
-        """The devices the search takes for ``alt`` on node index ``node`` (a simple node): the first
-        ``alt.count`` that qualify, as (position among the node's candidates, device); None when too
-        few do. ``eligible`` as for ``counts``."""
-        serves, need = self.need(alt)
-        rows = slice(int(self.first_row[node]), int(self.first_row[node + 1]))
-        if eligible is not None:
-            serves = serves & eligible
-        chosen = self._qualifies(serves, need, rows).nonzero()[0][: alt.count] + rows.start
-        if len(chosen) < alt.count:
-            return None
-        return [(int(self.position[row]), self.ids[row]) for row in chosen.tolist()]
-
     def update(self, device: DeviceID, held: Held) -> None:
         row = self.rows.get(device)
         if row is None:
@@ -209,15 +190,14 @@ class DeviceTable:
                 used[self.names.index(name)] = int(amount)
 
 
-class NotSimple(Exception):
+class _NotSimple(Exception):
     """A request or device the table does not decide (the full allocator does)."""
 
 
 def _node_devices(
     ref: NodeRef, slices: SliceIndex, device_class: DeviceClass, selectors: SelectorCache
-) -> tuple[bool, str, list[tuple[int, DeviceID, Device]]]:
-    """Whether the node is simple for the class, its failure reason, and the class's devices there
-    (with their positions among the node's candidates)."""
+) -> tuple[bool, str, list[tuple[DeviceID, Device]]]:
+    """Whether the node is simple for the class, its failure reason, and the class's devices there."""
     pools = slices.pools_for(ref)
     reason = REASON_CANNOT_ALLOCATE
     if pools.has_invalid:
@@ -228,7 +208,7 @@ def _node_devices(
     expressions = [s.expression for s in device_class.selectors]
     if any(e is None for e in expressions):
         return False, reason, []
-    for position, candidate in enumerate(pools.candidates):
+    for candidate in pools.candidates:
         device = candidate.device
         if device.unsupported:
             continue
@@ -246,7 +226,7 @@ def _node_devices(
         )
         if not simple:
             return False, reason, []
-        found.append((position, candidate.id, device))
+        found.append((candidate.id, device))
     return True, reason, found
 
 
@@ -261,33 +241,29 @@ def build_table(
     simple = np.zeros(len(nodes), dtype=bool)
     reasons: dict[str, int] = {}
     reason_of = np.zeros(len(nodes), dtype=np.intp)
-    rows: list[tuple[int, int, DeviceID, Device]] = []
+    rows: list[tuple[int, DeviceID, Device]] = []
     for i, ref in enumerate(refs.values()):
         ok, reason, devices = _node_devices(ref, slices, device_class, selectors)
         simple[i] = ok
         reason_of[i] = reasons.setdefault(reason, len(reasons))
-        rows.extend((i, position, device_id, device) for position, device_id, device in devices)
-    names = sorted({name for *_, device in rows for name in device.capacity})
-    node_of = np.array([i for i, *_ in rows], dtype=np.intp)
+        rows.extend((i, device_id, device) for device_id, device in devices)
+    names = sorted({name for _, _, device in rows for name in device.capacity})
     signatures: dict[tuple[object, ...], int] = {}
     table = DeviceTable(
         nodes=nodes,
         simple=simple,
         reasons=list(reasons),
         reason_of=reason_of,
-        node_of=node_of,
-        first_row=np.searchsorted(node_of, np.arange(len(nodes) + 1)).astype(np.intp),
-        position=np.array([position for _, position, _, _ in rows], dtype=np.intp),
+        node_of=np.array([i for i, _, _ in rows], dtype=np.intp),
         names=names,
         value=np.zeros((len(rows), len(names)), dtype=np.int64),
         has=np.zeros((len(rows), len(names)), dtype=bool),
         held_whole=np.zeros(len(rows), dtype=bool),
         used=np.zeros((len(rows), len(names)), dtype=np.int64),
-        devices=[device for *_, device in rows],
-        ids=[device_id for _, _, device_id, _ in rows],
-        rows={device_id: r for r, (_, _, device_id, _) in enumerate(rows)},
+        devices=[device for _, _, device in rows],
+        rows={device_id: r for r, (_, device_id, _) in enumerate(rows)},
     )
-    for r, (_, _, device_id, device) in enumerate(rows):
+    for r, (_, device_id, device) in enumerate(rows):
         for name, capacity in device.capacity.items():
             column = names.index(name)
             table.value[r, column] = int(capacity.value)
@@ -395,7 +371,7 @@ def decide(
         return None
     try:
         counts = table.counts(alt, eligible, own)
-    except NotSimple:
+    except _NotSimple:
         return None
     # An unknown name's -1 reads some node's count, but it is not decided, so it does not pass.
     passes = selection.decided & (counts[selection.index] >= alt.count)

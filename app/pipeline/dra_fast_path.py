@@ -10,19 +10,10 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from allocator import AllocationError, DeviceID, ResourceClaim
-from allocator.requests import Alternative, claim_requests
+from allocator import AllocationError, ResourceClaim
+from allocator.requests import claim_requests
 from app.cluster.dra import DraState
-from app.cluster.dra_fast import (
-    DeviceTable,
-    NotSimple,
-    Selection,
-    decide,
-    own_selectors,
-    select,
-    select_at,
-    simple_request,
-)
+from app.cluster.dra_fast import DeviceTable, Selection, decide, select, select_at, simple_request
 from scoring.framework import Code, PodInfo, Status
 from scoring.table import Batch
 
@@ -52,53 +43,6 @@ class FastPath:
         """``claim`` (the pod's only claim to allocate) on every node of ``names``; None when it is not
         simple (``app.cluster.dra_fast.simple_request``) or the state needs the full search.
         ``batch``: the candidates' node-table rows, read instead of the names when all are known."""
-        simple = self._simple(pod, claim)
-        if simple is None:
-            return None
-        alt, table = simple
-        cached = self._selection
-        if cached is not None and cached[0] is names and cached[1] is table:
-            selection = cached[2]
-        elif batch is not None and len(batch) == len(names) and batch.all_known:  # known nodes: one gather
-            selection = select_at(table, table.by_row.by_row(batch.table, table.nodes)[batch.rows])
-            self._selection = (names, table, selection)
-        else:
-            selection = select(table, names)
-            self._selection = (names, table, selection)
-        decision = decide(table, alt, selection, self.state.selectors)
-        if decision is None:
-            return None
-        if self._statuses is None or self._statuses[0] is not table:
-            self._statuses = (
-                table,
-                tuple(Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, reason) for reason in table.reasons),
-            )
-        return FastVerdicts(*decision, self._statuses[1])
-
-    def picked(self, pod: PodInfo, claim: ResourceClaim, node: str) -> list[tuple[int, DeviceID]] | None:
-        """The devices the search would take for ``claim`` on ``node`` (``DeviceTable.pick``), for
-        /bind to allocate without searching; None where ``verdicts`` would not decide the node, and for
-        a pod with devices in flight (a gang member's hold: the search leaves its own devices out)."""
-        if pod.uid in self.state.inflight:
-            return None
-        simple = self._simple(pod, claim)
-        if simple is None:
-            return None
-        alt, table = simple
-        index = table.nodes.get(node)
-        if index is None or not table.simple[index]:
-            return None
-        own = own_selectors(alt)
-        eligible = table.eligible(own, self.state.selectors) if own else None
-        if own and eligible is None:
-            return None
-        try:
-            return table.pick(index, alt, eligible)
-        except NotSimple:
-            return None
-
-    def _simple(self, pod: PodInfo, claim: ResourceClaim) -> tuple[Alternative, DeviceTable] | None:
-        """The claim's one request and its class's table, when the fast path may decide it."""
         state = self.state
         own = state.inflight.get(pod.uid)
         # A bind under way: only the search leaves its own devices out. A gang member's hold is left
@@ -114,4 +58,22 @@ class FastPath:
         if len(alternatives) != 1 or not simple_request(alternatives[0]):
             return None
         alt = alternatives[0]
-        return alt, state.fast.table(alt.device_class, state.node_refs, state.slices, state.selectors, state.holders)
+        table = state.fast.table(alt.device_class, state.node_refs, state.slices, state.selectors, state.holders)
+        cached = self._selection
+        if cached is not None and cached[0] is names and cached[1] is table:
+            selection = cached[2]
+        elif batch is not None and len(batch) == len(names) and batch.all_known:  # known nodes: one gather
+            selection = select_at(table, table.by_row.by_row(batch.table, table.nodes)[batch.rows])
+            self._selection = (names, table, selection)
+        else:
+            selection = select(table, names)
+            self._selection = (names, table, selection)
+        decision = decide(table, alt, selection, state.selectors)
+        if decision is None:
+            return None
+        if self._statuses is None or self._statuses[0] is not table:
+            self._statuses = (
+                table,
+                tuple(Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, reason) for reason in table.reasons),
+            )
+        return FastVerdicts(*decision, self._statuses[1])

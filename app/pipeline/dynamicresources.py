@@ -340,8 +340,6 @@ class DynamicResources:
         prefer = self.preference(pod, node)  # filter's proposals took devices in search order
         if claims.extended is None and not prefer:
             results = self.state.proposal(pod.uid, claims.unallocated_keys, node) if claims.unallocated else ()
-        if results is None and not prefer:
-            results = self._picked(pod, claims, node)
         if results is None:  # no proposal for this node, or its devices were taken meanwhile: decide again
             status, results = self.filter(self.allocator(pod.uid), claims, node, prefer)
             if not status.passed:
@@ -368,19 +366,6 @@ class DynamicResources:
         if held:
             self.state.begin(pod.uid, pod.key, node, held)
         return Reservation(node, allocate, reserve, extended)
-
-    def _picked(self, pod: PodInfo, claims: PodClaims, node: str) -> tuple[AllocationResult, ...] | None:
-        """A simple pod's allocation on ``node`` from the devices the fast path says the search takes
-        (``FastPath.picked``), built by the allocator without the search; None: search."""
-        if claims.allocated or len(claims.unallocated) != 1 or claims.extended is not None:
-            return None
-        claim = claims.unallocated[0]
-        picked = self.fast.picked(pod, claim, node)
-        ref = self.state.node_ref(node) if picked is not None else None
-        if picked is None or ref is None:
-            return None
-        allocated = self.allocator(pod.uid).allocate_picked(ref, self.state.slices.pools_for(ref), claim, picked)
-        return None if allocated is None else allocated.results
 
     def _stamped(self, allocation: AllocationResult) -> AllocationResult:
         """With binding conditions, ``allocationTimestamp`` records when the allocation was made (as
