@@ -28,345 +28,40 @@ so history entries and queued events can share references safely.
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
-import contextlib
 import copy
 import json
 import socket
 import threading
-import time
 import uuid
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any
-from urllib.parse import unquote
 
 import uvicorn
-from starlette.applications import Starlette
-from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
 
-Obj = dict[str, Any]
-Key = tuple[str, str, str]  # (kind, namespace, name); namespace is "" for Nodes
-
-LIST_KINDS = {
-    "Node": "NodeList",
-    "Pod": "PodList",
-    "DeviceClass": "DeviceClassList",
-    "ResourceClaim": "ResourceClaimList",
-    "ResourceSlice": "ResourceSliceList",
-    "ResourceFlavor": "ResourceFlavorList",
-    "Cohort": "CohortList",
-    "ClusterQueue": "ClusterQueueList",
-    "LocalQueue": "LocalQueueList",
-    "Workload": "WorkloadList",
-}
-NAMESPACED = {
-    "Node": False,
-    "Pod": True,
-    "DeviceClass": False,
-    "ResourceClaim": True,
-    "ResourceSlice": False,
-    "ResourceFlavor": False,
-    "Cohort": False,
-    "ClusterQueue": False,
-    "LocalQueue": True,
-    "Workload": True,
-}
-RESOURCES = {
-    "Node": "nodes",
-    "Pod": "pods",
-    "DeviceClass": "deviceclasses",
-    "ResourceClaim": "resourceclaims",
-    "ResourceSlice": "resourceslices",
-    "ResourceFlavor": "resourceflavors",
-    "Cohort": "cohorts",
-    "ClusterQueue": "clusterqueues",
-    "LocalQueue": "localqueues",
-    "Workload": "workloads",
-}
-DRA = "/apis/resource.k8s.io/v1"
-KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
-KUEUE_KINDS = ("ResourceFlavor", "Cohort", "ClusterQueue", "LocalQueue", "Workload")
-API_VERSIONS = {
-    kind: "v1" if kind in ("Node", "Pod") else "kueue.x-k8s.io/v1beta2" if kind in KUEUE_KINDS else "resource.k8s.io/v1"
-    for kind in LIST_KINDS
-}
-# Field labels the real server accepts for these kinds (others answer 400).
-FIELD_LABELS = {
-    "Node": {"metadata.name", "spec.unschedulable"},
-    "Pod": {
-        "metadata.name",
-        "metadata.namespace",
-        "spec.nodeName",
-        "spec.restartPolicy",
-        "spec.schedulerName",
-        "spec.serviceAccountName",
-        "spec.hostNetwork",
-        "status.phase",
-        "status.podIP",
-        "status.nominatedNodeName",
-    },
-    "DeviceClass": {"metadata.name"},
-    "ResourceClaim": {"metadata.name", "metadata.namespace"},
-    "ResourceSlice": {"metadata.name", "spec.nodeName", "spec.driver"},
-    # Custom resources: only the metadata fields.
-    "ResourceFlavor": {"metadata.name"},
-    "Cohort": {"metadata.name"},
-    "ClusterQueue": {"metadata.name"},
-    "LocalQueue": {"metadata.name", "metadata.namespace"},
-    "Workload": {"metadata.name", "metadata.namespace"},
-}
-BOOL_FIELDS = {"spec.unschedulable", "spec.hostNetwork"}
-REASONS = {
-    400: "BadRequest",
-    401: "Unauthorized",
-    403: "Forbidden",
-    404: "NotFound",
-    405: "MethodNotAllowed",
-    409: "Conflict",
-    410: "Expired",
-    422: "Invalid",
-    429: "TooManyRequests",
-    500: "InternalError",
-    503: "ServiceUnavailable",
-    504: "Timeout",
-}
-TRUE_VALUES = {"1", "true"}
-
-
-def status_body(code: int, message: str, reason: str | None = None, details: Obj | None = None) -> Obj:
-    """Build a v1 Status object describing a failure."""
-    body: Obj = {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason or REASONS.get(code, "Unknown"),
-        "code": code,
-    }
-    if details:
-        body["details"] = details
-    return body
-
-
-def json_response(body: Obj, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return Response(json.dumps(body), status_code=status, media_type="application/json", headers=headers)
-
-
-class APIError(Exception):
-    """Raised by handlers; rendered as a Status response with the same code."""
-
-    def __init__(self, code: int, message: str, reason: str | None = None, details: Obj | None = None) -> None:
-        super().__init__(message)
-        self.body = status_body(code, message, reason, details)
-        self.code = code
-
-
-@dataclass(frozen=True)
-class Requirement:
-    """One term of a field selector: ``field=value`` or ``field!=value``."""
-
-    field: str
-    equal: bool
-    value: str
-
-
-def parse_field_selector(kind: str, raw: str) -> list[Requirement]:
-    """Parse a comma-separated (AND) field selector with =, == and != terms."""
-    reqs: list[Requirement] = []
-    for term in filter(None, (t.strip() for t in raw.split(","))):
-        for op in ("!=", "==", "="):
-            name, sep, value = term.partition(op)
-            if sep:
-                break
-        else:
-            raise APIError(400, f'invalid selector: "{raw}"; can\'t understand "{term}"')
-        name = name.strip()
-        if name not in FIELD_LABELS[kind]:
-            raise APIError(400, f"field label not supported: {name}")
-        reqs.append(Requirement(name, op != "!=", value.strip()))
-    return reqs
-
-
-def field_value(obj: Obj, path: str) -> str:
-    """Value of a dotted field as the API server renders it for selectors."""
-    cur: Any = obj
-    for part in path.split("."):
-        cur = cur.get(part) if isinstance(cur, dict) else None
-    if isinstance(cur, bool) or path in BOOL_FIELDS:
-        return "true" if cur else "false"
-    return "" if cur is None else str(cur)
-
-
-def matches(obj: Obj, selector: list[Requirement]) -> bool:
-    return all((field_value(obj, r.field) == r.value) == r.equal for r in selector)
-
-
-def list_item(obj: Obj) -> Obj:
-    """List items omit kind/apiVersion, like the real server's lists."""
-    return {k: v for k, v in obj.items() if k not in ("kind", "apiVersion")}
-
-
-def with_rv(obj: Obj, rv: int) -> Obj:
-    out = copy.deepcopy(obj)
-    out["metadata"]["resourceVersion"] = str(rv)
-    return out
-
-
-@dataclass(frozen=True)
-class Change:
-    """One history entry: ``old`` is None for creations, ``new`` None for deletions."""
-
-    rv: int
-    kind: str
-    namespace: str
-    old: Obj | None
-    new: Obj | None
-
-
-@dataclass(eq=False)
-class Watcher:
-    """An open watch stream; events reach it through its asyncio queue."""
-
-    kind: str
-    namespace: str | None
-    selector: list[Requirement]
-    bookmarks: bool
-    loop: asyncio.AbstractEventLoop
-    queue: asyncio.Queue[Obj | None]
-    last_rv: int
-
-    def wants(self, change: Change) -> bool:
-        return change.kind == self.kind and self.namespace in (None, change.namespace)
-
-    def event_for(self, change: Change) -> Obj | None:
-        """Translate a change into the event this watcher sees (or None)."""
-        if not self.wants(change):
-            return None
-        was = change.old is not None and matches(change.old, self.selector)
-        now = change.new is not None and matches(change.new, self.selector)
-        if now:
-            return {"type": "MODIFIED" if was else "ADDED", "object": change.new}
-        if was:
-            assert change.old is not None
-            return {"type": "DELETED", "object": with_rv(change.old, change.rv)}
-        return None
-
-    def push(self, item: Obj | None) -> None:
-        """Thread-safe enqueue; None is the close sentinel."""
-        with contextlib.suppress(RuntimeError):  # RuntimeError: event loop already closed
-            self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
-
-
-async def wait_disconnect(receive: Receive) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
-
-
-class WatchStream:
-    """ASGI response streaming watch events until timeout, close or disconnect."""
-
-    def __init__(self, api: FakeAPIServer, watcher: Watcher | None, initial: list[Obj], timeout: float | None) -> None:
-        self.api, self.watcher, self.initial, self.timeout = api, watcher, initial, timeout
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        headers = [(b"content-type", b"application/json"), (b"cache-control", b"no-cache, private")]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        disconnected = asyncio.ensure_future(wait_disconnect(receive))
-        try:
-            for event in self.initial:
-                await self.send_event(send, event)
-            if self.watcher is not None:
-                await self.pump(self.watcher, send, disconnected)
-            if not disconnected.done():
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
-        except OSError:  # client went away mid-write
-            pass
-        finally:
-            disconnected.cancel()
-            if self.watcher is not None:
-                self.api._unregister(self.watcher)
-
-    async def pump(self, watcher: Watcher, send: Send, disconnected: asyncio.Future[None]) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = None if self.timeout is None else loop.time() + self.timeout
-        while True:
-            remaining = None if deadline is None else deadline - loop.time()
-            if remaining is not None and remaining <= 0:
-                return
-            getter = asyncio.ensure_future(watcher.queue.get())
-            waiters: set[asyncio.Future[Any]] = {getter, disconnected}
-            done, _ = await asyncio.wait(waiters, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
-            if getter not in done:  # timeoutSeconds elapsed or client disconnected
-                getter.cancel()
-                return
-            item = getter.result()
-            if item is None:
-                return
-            await self.send_event(send, item)
-
-    @staticmethod
-    async def send_event(send: Send, event: Obj) -> None:
-        body = json.dumps(event, separators=(",", ":")).encode() + b"\n"
-        await send({"type": "http.response.body", "body": body, "more_body": True})
-
-
-class Gate:
-    """Outer ASGI layer: request log, injected latency and injected failures."""
-
-    def __init__(self, app: ASGIApp, api: FakeAPIServer) -> None:
-        self.app, self.api = app, api
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        query = unquote(scope.get("query_string", b"").decode("latin-1"))  # logged decoded, for readable asserts
-        target = scope["path"] + (f"?{query}" if query else "")
-        self.api.requests.append((scope["method"], target))
-        self.api.request_log.append((time.monotonic(), scope["method"], target))
-        if self.api._latency > 0:
-            await asyncio.sleep(self.api._latency)
-        fault = self.api._take_fault(target)
-        if fault is None:
-            late = self.api._take_late(target)
-            await self.app(scope, receive, send if late is None else _delayed(send, late))
-            return
-        code, retry_after = fault
-        details = {"retryAfterSeconds": retry_after} if retry_after is not None else None
-        headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
-        body = status_body(code, f"injected failure ({code})", details=details)
-        await json_response(body, code, headers)(scope, receive, send)
-
-
-def _delayed(send: Send, seconds: float) -> Send:
-    """A send that holds the response back: the request has been applied, the answer is late."""
-
-    async def delayed(message: Any) -> None:
-        if message["type"] == "http.response.start":
-            await asyncio.sleep(seconds)
-        await send(message)
-
-    return delayed
-
-
-class UvicornServer(uvicorn.Server):
-    """uvicorn.Server that signals an Event once its sockets are listening."""
-
-    def __init__(self, config: uvicorn.Config, ready: threading.Event) -> None:
-        super().__init__(config)
-        self.ready = ready
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets=sockets)
-        self.ready.set()
+from tests.fakeapi.kinds import (
+    API_VERSIONS,
+    LIST_KINDS,
+    NAMESPACED,
+    RESOURCES,
+    TRUE_VALUES,
+    APIError,
+    Key,
+    Obj,
+    Requirement,
+    decode_continue,
+    encode_continue,
+    json_response,
+    list_item,
+    matches,
+    parse_field_selector,
+    status_body,
+    with_rv,
+)
+from tests.fakeapi.routes import build_app
+from tests.fakeapi.streams import Change, Gate, UvicornServer, Watcher, WatchStream
 
 
 class FakeAPIServer:
@@ -395,7 +90,7 @@ class FakeAPIServer:
         self._closing = False
         self._server: UvicornServer | None = None
         self._thread: threading.Thread | None = None
-        self._app = Gate(self._build_app(), self)
+        self._app = Gate(build_app(self), self)
 
     # ------------------------------------------------------------ lifecycle
     def start(self, port: int = 0) -> str:
@@ -651,74 +346,6 @@ class FakeAPIServer:
         return rv
 
     # --------------------------------------------------------- HTTP
-    def _build_app(self) -> Starlette:
-        async def nodes(request: Request) -> Response | WatchStream:
-            return self._collection(request, "Node", None)
-
-        async def all_pods(request: Request) -> Response | WatchStream:
-            return self._collection(request, "Pod", None)
-
-        async def ns_pods(request: Request) -> Response | WatchStream:
-            return self._collection(request, "Pod", request.path_params["namespace"])
-
-        async def node(request: Request) -> Response:
-            return self._get_one("Node", request.path_params["name"], None)
-
-        async def pod(request: Request) -> Response:
-            return self._get_one("Pod", request.path_params["name"], request.path_params["namespace"])
-
-        async def api_error(request: Request, exc: Exception) -> Response:
-            assert isinstance(exc, APIError)
-            return json_response(exc.body, exc.code)
-
-        async def http_error(request: Request, exc: Exception) -> Response:
-            assert isinstance(exc, HTTPException)
-            message = "the server could not find the requested resource" if exc.status_code == 404 else exc.detail
-            return json_response(status_body(exc.status_code, message), exc.status_code)
-
-        async def server_error(request: Request, exc: Exception) -> Response:
-            return json_response(status_body(500, f"internal error: {exc!r}"), 500)
-
-        def collection(kind: str) -> Any:
-            async def handle(request: Request) -> Response | WatchStream:
-                return self._collection(request, kind, request.path_params.get("namespace"))
-
-            return handle
-
-        async def claim(request: Request) -> Response:
-            name, namespace = request.path_params["name"], request.path_params["namespace"]
-            if request.method == "PUT":
-                return await self._put(request, "ResourceClaim", name, namespace, status=False)
-            return self._get_one("ResourceClaim", name, namespace)
-
-        async def claim_status(request: Request) -> Response:
-            name, namespace = request.path_params["name"], request.path_params["namespace"]
-            if request.method == "PUT":
-                return await self._put(request, "ResourceClaim", name, namespace, status=True)
-            return self._get_one("ResourceClaim", name, namespace)
-
-        routes = [
-            Route(f"{DRA}/deviceclasses", collection("DeviceClass")),
-            Route(f"{DRA}/resourceslices", collection("ResourceSlice")),
-            Route(f"{DRA}/resourceclaims", collection("ResourceClaim")),
-            Route(f"{DRA}/namespaces/{{namespace}}/resourceclaims", collection("ResourceClaim")),
-            Route(f"{DRA}/namespaces/{{namespace}}/resourceclaims/{{name}}", claim, methods=["GET", "PUT"]),
-            Route(
-                f"{DRA}/namespaces/{{namespace}}/resourceclaims/{{name}}/status", claim_status, methods=["GET", "PUT"]
-            ),
-            Route("/api/v1/nodes", nodes),
-            Route("/api/v1/nodes/{name}", node),
-            Route("/api/v1/pods", all_pods),
-            Route("/api/v1/namespaces/{namespace}/pods", ns_pods),
-            Route("/api/v1/namespaces/{namespace}/pods/{name}", pod),
-            Route("/api/v1/namespaces/{namespace}/pods/{name}/binding", self._bind, methods=["POST"]),
-        ]
-        if self.kueue:  # read-only: list and watch, cluster-wide and (LocalQueues) per namespace
-            routes += [Route(f"{KUEUE}/{RESOURCES[kind]}", collection(kind)) for kind in KUEUE_KINDS]
-            routes.append(Route(f"{KUEUE}/namespaces/{{namespace}}/localqueues", collection("LocalQueue")))
-        handlers = {APIError: api_error, HTTPException: http_error, Exception: server_error}
-        return Starlette(routes=routes, exception_handlers=handlers)
-
     def _collection(self, request: Request, kind: str, namespace: str | None) -> Response | WatchStream:
         query = request.query_params
         selector = parse_field_selector(kind, query.get("fieldSelector", ""))
@@ -907,17 +534,3 @@ class FakeAPIServer:
             self._rv += 1
             new["metadata"]["resourceVersion"] = str(self._rv)
             self._commit(key, pod, new)
-
-
-def encode_continue(snapshot_id: str, offset: int) -> str:
-    """Opaque continue token naming a stored list snapshot and a position in it."""
-    raw = json.dumps({"snapshot": snapshot_id, "offset": offset}).encode()
-    return base64.urlsafe_b64encode(raw).decode()
-
-
-def decode_continue(token: str) -> tuple[str, int]:
-    try:
-        data = json.loads(base64.urlsafe_b64decode(token.encode()))
-        return str(data["snapshot"]), int(data["offset"])
-    except (ValueError, KeyError, TypeError, binascii.Error):
-        raise APIError(400, "continue key is not valid") from None
