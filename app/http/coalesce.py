@@ -46,10 +46,12 @@ class CoalescingTransport:
         if not self._transport.is_closing():
             self._transport.write(data)
 
-    def write_now(self, data: bytes) -> None:
-        """Send ``data`` at once, after anything held: for an answer already made as one write."""
+    def write_now(self, *data: bytes | memoryview) -> None:
+        """Send ``data`` at once, after anything held: for an answer already made (each part one
+        write; the transport copies only what the socket does not take at once)."""
         self.flush()
-        self._transport.write(data)
+        for part in data:
+            self._transport.write(part)
 
     def close(self) -> None:
         self.flush()  # what was written before close goes out first, as with the plain transport

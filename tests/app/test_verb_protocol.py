@@ -1,6 +1,7 @@
 """The verbs answered in the server's HTTP protocol (app.http.verb_protocol), over real sockets and
-over a recording transport: one write per answer, keep-alive and close, the other routes through
-ASGI on the same connection, pipelined requests, the body limit, failures and lost connections."""
+over a recording transport: one write per answer (a long one: its head, then its body), keep-alive
+and close, the other routes through ASGI on the same connection, pipelined requests, the body limit,
+failures and lost connections."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ import socket
 from collections.abc import Iterator
 from typing import Any
 
+import msgspec
 import pytest
 import uvicorn
 from uvicorn.server import ServerState
 
+from app.http import verb_protocol as verb_protocol_module
 from app.http.server import create_app
 from app.http.serving import ExtenderServer, build_server
 from app.http.verb_protocol import verb_protocol
@@ -183,6 +186,40 @@ def test_one_write_per_answer_and_a_lost_connection_mid_bind_writes_nothing() ->
     assert len(kept) == 2 and all(w.startswith(b"HTTP/1.1 200 OK") for w in kept)
     assert lost == []  # nothing written to a connection that is gone
     assert service.cache.pods[pod["metadata"]["uid"]].node_name == "g1"  # the bind itself completed
+
+
+def test_a_long_answer_goes_out_as_its_head_then_its_body_and_a_short_one_in_one_write(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past ``_APART_MIN`` (lowered here, so that two nodes' HostPriorityList is long) the body is
+    written after its head as it is, not copied behind it; what arrives is the same answer."""
+    service = make_service(NODES)
+    app = create_app(service)
+    config = uvicorn.Config(app, log_config=None)
+    config.load()
+    body = filter_body(pod_obj("p", gpus=1), ["g1", "g2"])
+    answer = service.prioritize(body)
+    assert isinstance(answer, msgspec.Raw)  # prebuilt from the node table's host prefixes
+    expected = json.loads(bytes(answer))
+
+    async def exchange(apart_min: int) -> list[bytes]:
+        monkeypatch.setattr(verb_protocol_module, "_APART_MIN", apart_min)
+        kept = RecordingTransport()
+        protocol = verb_protocol(app)(config, ServerState(), {}, _loop=asyncio.get_running_loop())
+        protocol.connection_made(kept)
+        protocol.data_received(_request("/prioritize", body))
+        await asyncio.sleep(0)
+        protocol.connection_lost(None)
+        return kept.writes
+
+    for apart_min, writes in ((16, 2), (1 << 20, 1)):
+        sent = asyncio.run(exchange(apart_min))
+        assert len(sent) == writes
+        head, _, answer = b"".join(sent).partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 OK") and f"content-length: {len(answer)}".encode() in head
+        assert json.loads(answer) == expected
+        if writes == 2:
+            assert sent[0].endswith(b"\r\n\r\n") and sent[1] == answer
 
 
 @pytest.mark.parametrize("piece", [1, 7, 4096])
