@@ -266,3 +266,21 @@ def candidate_names(idx: SliceIndex, node: NodeRef | None = None) -> list[str]:
     """The node's candidate devices in search order, as ``pool/device``."""
     pools = idx.pools_for(node or NodeRef(NODE))
     return [f"{c.id.pool}/{c.id.device}" for c in pools.candidates]
+
+
+# The KEP's example: GPUs from 1Gi up to 80Gi of memory (powers of two, then 80Gi).
+KEP_SIZES = ["1Gi", "2Gi", "4Gi", "8Gi", "16Gi", "32Gi", "64Gi", "80Gi"]
+
+
+def sized(*sizes: str) -> list[dict[str, Any]]:
+    return [gpu(f"gpu-{s.lower()}", memory=s) for s in sizes]
+
+
+def only(name: str) -> str:
+    """A request selector accepting one device by name (the device name is its ``uuid`` attribute)."""
+    return f'device.attributes["{DRIVER}"].uuid == "{name}"'
+
+
+def named(*names: str, **attrs: Any) -> list[dict[str, Any]]:
+    """Devices that carry their own name as an attribute, for ``only()``."""
+    return [gpu(n, uuid=n, **attrs) for n in names]
