@@ -1,37 +1,31 @@
-"""The simulator: trace parsing, fill and replay, policies, metrics and the CLI, on tiny hand-checked traces."""
+"""The simulator: policies, fill and replay, the verbs each pod goes through, metrics and the CLI, on tiny
+hand-checked traces (parsing: test_trace.py; the kube-scheduler model: test_scheduler_model.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import gc
 import json
-import random
 from pathlib import Path
 
 import pytest
-import yaml
 
 from app.cli import main
-from app.config import ExtenderConfiguration, load_config
+from app.config import load_config
 from simulator.schedconfig import (
     DEFAULT_SCHEDULER_CONFIG,
-    SchedulerConfig,
     load_scheduler_config,
-    parse_scheduler_config,
 )
-from simulator.simulate import PolicyResult, _Scheduler, policy_config, simulate
+from simulator.simulate import _Scheduler, policy_config, simulate
 from simulator.trace import (
     GPU,
     KIND_CPU,
     KIND_MULTI_GPU,
     KIND_ONE_GPU,
-    TraceError,
     load_nodes_csv,
-    load_pods,
     load_pods_csv,
-    load_snapshot_nodes,
 )
-from tests.conftest import WIRE_FIXTURES, node_obj, pod_obj
+from tests.conftest import WIRE_FIXTURES
 
 ROOT = Path(__file__).resolve().parents[2]
 NODE_HEADER = "sn,cpu_milli,memory_mib,gpu,model\n"
@@ -51,107 +45,6 @@ def trace(tmp_path: Path, nodes: str, pods: str) -> tuple[list, list]:  # type: 
         load_nodes_csv(write(tmp_path, "nodes.csv", NODE_HEADER + nodes)),
         load_pods_csv(write(tmp_path, "pods.csv", POD_HEADER + pods)),
     )
-
-
-# ------------------------------------------------------------------------------------ parsing
-def test_csv_rows_become_nodes_and_pods(tmp_path: Path) -> None:
-    nodes, pods = trace(
-        tmp_path,
-        "n-gpu,64000,262144,2,T4\nn-cpu,32000,131072,0,\n",
-        "p0,12000,16384,1,460,,LS,Running,5,100,5\np1,8000,1024,4,1000,V100M16|V100M32,LS,Running,7,,7\n",
-    )
-    assert [(n.name, dict(n.allocatable), n.model) for n in nodes] == [
-        ("n-gpu", {"cpu": 64000, "memory": 262144 * 2**20, GPU: 2}, "T4"),
-        ("n-cpu", {"cpu": 32000, "memory": 131072 * 2**20}, ""),
-    ]
-    p0, p1 = pods
-    assert (p0.gpus, p0.gpu_milli, p0.shares_gpu, p0.kind, p0.created, p0.deleted) == (
-        1,
-        460,
-        True,
-        KIND_ONE_GPU,
-        5,
-        100,
-    )
-    assert (p1.gpus, p1.shares_gpu, p1.kind, p1.gpu_spec, p1.deleted) == (
-        4,
-        False,
-        KIND_MULTI_GPU,
-        frozenset({"V100M16", "V100M32"}),
-        None,
-    )
-    body = json.loads(p0.body)
-    assert body["spec"]["containers"][0]["resources"]["requests"] == {
-        "cpu": "12000m",
-        "memory": str(16384 * 2**20),
-        GPU: "1",
-    }
-
-
-def test_the_short_openb_pod_list_without_times_is_accepted(tmp_path: Path) -> None:
-    # openb_pod_list_multigpu20.csv has only the resource columns: creation order = file order.
-    pods = load_pods_csv(
-        write(tmp_path, "p.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1,1,0,0\nb,1,1,2,1000\n")
-    )
-    assert [(p.name, p.created, p.deleted, p.kind) for p in pods] == [
-        ("a", 0, None, KIND_CPU),
-        ("b", 1, None, "multi-gpu"),
-    ]
-
-
-@pytest.mark.parametrize(
-    ("text", "message"),
-    [
-        ("p0,12x,16,1,1000,,LS,Running,0,,0\n", "pods.csv:2: column cpu_milli: '12x' is not an integer"),
-        (
-            "p0,1,16,1,1000,,LS,Running,0,,0\np1,1,-5,0,0,,LS,Running,0,,0\n",
-            "pods.csv:3: column memory_mib: must be >= 0",
-        ),
-        (
-            "p0,1,16,1,1000,,LS,Running,0,,0\np0,1,16,1,1000,,LS,Running,0,,0\n",
-            "pods.csv:3: column name: duplicate pod",
-        ),
-        ("p0,1,16,1,0,,LS,Running,0,,0\n", "pods.csv:2: column gpu_milli: 0 with num_gpu 1"),
-        ("p0,1,16,1,1000,,LS,Running,50,10,0\n", "pods.csv:2: column deletion_time: 10 is before creation_time 50"),
-    ],
-)
-def test_bad_pod_rows_name_file_line_and_column(tmp_path: Path, text: str, message: str) -> None:
-    with pytest.raises(TraceError, match=message.replace("|", r"\|")):
-        load_pods_csv(write(tmp_path, "pods.csv", POD_HEADER + text))
-
-
-def test_bad_node_files_name_file_line_and_column(tmp_path: Path) -> None:
-    with pytest.raises(TraceError, match=r"nodes.csv:3: column gpu: 'two' is not an integer"):
-        load_nodes_csv(write(tmp_path, "nodes.csv", NODE_HEADER + "a,1,1,0,\nb,1,1,two,T4\n"))
-    with pytest.raises(TraceError, match=r"nodes.csv:1: missing column\(s\) gpu"):
-        load_nodes_csv(write(tmp_path, "nodes.csv", "sn,cpu_milli,memory_mib,model\na,1,1,\n"))
-    with pytest.raises(TraceError, match=r"cannot read .*missing.csv"):
-        load_nodes_csv(tmp_path / "missing.csv")
-
-
-def test_snapshot_nodes_and_yaml_pod_list(tmp_path: Path) -> None:
-    nodes = load_snapshot_nodes(ROOT / "examples" / "cluster.yaml")
-    assert len(nodes) == 10  # 2 DGX A100 + 3 L4 + 3 CPU-only + 2 DRA nodes (no nvidia.com/gpu)
-    assert sum(n.gpus for n in nodes) == 2 * 8 + 3 * 4
-    pod = pod_obj("train", gpus=2, node="somewhere", phase="Running")
-    pod["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
-    path = write(tmp_path, "pods.yaml", yaml.safe_dump({"kind": "List", "items": [pod, pod_obj("web")]}))
-    train, web = load_pods(path)
-    assert (train.gpus, train.gpu_spec, web.kind) == (2, frozenset({"NVIDIA-A100-SXM4-80GB"}), KIND_CPU)
-    assert "nodeName" not in json.loads(train.body)["spec"]  # the simulator decides the node
-    result = simulate("fitplus-sra", load_config(None), nodes, [train, web], sharing="none")
-    assert result.placements["train"].startswith("dgx-a100-")
-    # Hand-check: SRA scores nvidia.com/gpu nodes low for a CPU pod; the DRA nodes advertise no
-    # nvidia.com/gpu, so to the simulator (and to SRA, see README "Known gap") they are CPU nodes.
-    assert result.placements["web"].startswith(("cpu-", "dra-"))
-
-
-def test_bad_yaml_pods_and_node_less_snapshots_are_errors(tmp_path: Path) -> None:
-    path = write(tmp_path, "pods.yaml", yaml.safe_dump(pod_obj("x", cpu="lots")))
-    with pytest.raises(TraceError, match=r"pods\.yaml: pod 0: Pod default/x"):
-        load_pods(path)
-    with pytest.raises(TraceError, match="no schedulable Node objects"):
-        load_snapshot_nodes(write(tmp_path, "empty.yaml", yaml.safe_dump(node_obj("n") | {"kind": "Pod"})))
 
 
 # ------------------------------------------------------------------------------------ policies
@@ -440,151 +333,3 @@ def test_cli_reports_bad_traces_and_policies(tmp_path: Path, capsys: pytest.Capt
     assert "nodes.csv:2: column gpu: 'x' is not an integer" in capsys.readouterr().err
     assert main(["simulate", "--nodes", str(nodes), "--pods", str(pods), "--policy", "tetris"]) == 2
     assert "unknown policy tetris" in capsys.readouterr().err
-
-
-# ------------------------------------------------------------------------------------ kube-scheduler's choice
-LOW_WEIGHT = ROOT / "tests" / "fixtures" / "low-weight-profile"
-
-
-def low_weight_profile() -> tuple[ExtenderConfiguration, SchedulerConfig]:
-    """A profile where kube-scheduler's own scores outweigh the extender's: in-tree LeastAllocated and
-    BalancedAllocation scoring, extender weight 1, Absolute priorities."""
-    return (
-        load_config(LOW_WEIGHT / "extender-config.yaml"),
-        load_scheduler_config(LOW_WEIGHT / "kube-scheduler-config.yaml"),
-    )
-
-
-def shipped_profile() -> tuple[ExtenderConfiguration, SchedulerConfig]:
-    return load_config(None), load_scheduler_config(DEFAULT_SCHEDULER_CONFIG)
-
-
-@pytest.mark.parametrize("seed", [0, 1, 2, 3])
-def test_in_tree_scores_outweigh_a_weight_one_extender(tmp_path: Path, seed: int) -> None:
-    # Two 8-GPU nodes (64 cores, 512Gi); p1 (8 cores, 64Gi, 1 GPU) lands on one of them (a tie), then
-    # p2, the same size. On p1's node the extender scores FitPlus (25·2 + 75 + 75) // 4 = 50, SRA 100:
-    # (50 + 100) // 2 = 75 -> Absolute 8; on the empty node (12·2 + 87 + 87) // 4 = 49 -> 74 -> 7.
-    # kube-scheduler adds LeastAllocated (75 vs 87) and BalancedAllocation (75 on both: the balance
-    # does not change), so with weight 1: 75 + 75 + 8·10 = 230 against 87 + 75 + 7·10 = 232 -> the
-    # empty node. With the shipped profile only the extender counts (Candidates: 10 vs 0, x 200).
-    nodes, pods = trace(
-        tmp_path,
-        "a,64000,524288,8,A100\nb,64000,524288,8,A100\n",
-        "p1,8000,65536,1,1000,,LS,Running,0,,0\np2,8000,65536,1,1000,,LS,Running,1,,1\n",
-    )
-    low_config, low_scheduler = low_weight_profile()
-    spread = simulate("fitplus-sra", low_config, nodes, pods, seed=seed, scheduler=low_scheduler, sharing="none")
-    assert spread.placements["p1"] != spread.placements["p2"]
-    # the extender's priority alone: 8 > 7
-    alone = simulate("fitplus-sra", low_config, nodes, pods, seed=seed, sharing="none")
-    assert alone.placements["p1"] == alone.placements["p2"]
-    shipped_config, shipped_scheduler = shipped_profile()
-    packed = simulate(
-        "fitplus-sra", shipped_config, nodes, pods, seed=seed, scheduler=shipped_scheduler, sharing="none"
-    )
-    assert packed.placements["p1"] == packed.placements["p2"]
-
-
-def _gpu_cluster(tmp_path: Path) -> tuple[list, list]:  # type: ignore[type-arg]
-    """40 nodes of 8 GPUs and 10 CPU nodes; 260 pods (9 in 10 ask for one GPU, sizes drawn with a
-    fixed seed), then an 8-GPU pod."""
-    draw = random.Random(20261124)
-    rows = []
-    for index in range(260):
-        gpus = 1 if draw.random() < 0.9 else 0
-        cpu, memory = draw.choice([2000, 4000, 8000]), draw.choice([8192, 16384, 32768])
-        rows.append(f"p{index},{cpu},{memory},{gpus},{1000 if gpus else 0},,LS,Running,{index},,{index}\n")
-    rows.append("big,16000,65536,8,1000,,LS,Running,1000,,1000\n")
-    node_rows = [f"g{i},64000,524288,8,A100\n" for i in range(40)] + [f"c{i},64000,262144,0,\n" for i in range(10)]
-    return trace(tmp_path, "".join(node_rows), "".join(rows))
-
-
-@pytest.mark.parametrize("seed", [0, 1])
-def test_a_low_weight_profile_spreads_gpus_that_the_shipped_one_packs(tmp_path: Path, seed: int) -> None:
-    nodes, pods = _gpu_cluster(tmp_path)
-    one_gpu = [p.name for p in pods if p.gpus == 1]
-
-    def gpu_nodes_used(result: PolicyResult) -> set[str]:
-        return {result.placements[name] for name in one_gpu if name in result.placements}
-
-    low_config, low_scheduler = low_weight_profile()
-    low = simulate("fitplus-sra", low_config, nodes, pods, seed=seed, scheduler=low_scheduler, sharing="none")
-    shipped_config, shipped_scheduler = shipped_profile()
-    shipped = simulate(
-        "fitplus-sra", shipped_config, nodes, pods, seed=seed, scheduler=shipped_scheduler, sharing="none"
-    )
-    placed = [name for name in one_gpu if name in shipped.placements]
-    assert len(gpu_nodes_used(shipped)) <= -(-len(placed) // 8) + 3  # packed: close to the fewest whole nodes
-    assert len(gpu_nodes_used(low)) >= len(gpu_nodes_used(shipped)) + 5  # spread over many more GPU nodes
-    # The 8-GPU pod comes last, at high GPU use: the low-weight profile has left no GPU node empty
-    # (enough GPUs are free, none of them together), the shipped one still has whole nodes.
-    failure = low.first_gpu_failure
-    assert failure is not None and failure.pod == "big"
-    assert failure.allocated_gpus >= 0.6 * low.total_gpus and failure.fragmented_gpus >= 8
-    assert "big" in shipped.placements and shipped.failed[KIND_MULTI_GPU] == 0
-    demand, allocated = shipped.curve[-1]
-    assert demand == shipped.gpu_demand and allocated - 8 >= 0.6 * shipped.total_gpus  # GPUs in use before it
-
-
-def test_one_feasible_node_is_taken_without_prioritize(tmp_path: Path) -> None:
-    nodes, pods = trace(
-        tmp_path,
-        "a,8000,16384,2,T4\nb,8000,16384,0,\n",
-        "p,1000,1024,1,1000,,LS,Running,0,,0\nq,1000,1024,0,0,,LS,Running,1,,1\n",
-    )
-    config, shipped = shipped_profile()
-    scheduler = _Scheduler(policy_config(config, "fitplus-sra"), nodes, seed=0, scheduler=shipped)
-    assert asyncio.run(scheduler.schedule(pods[0])) == "a"  # b has no GPU: one node passes
-    assert [d["verb"] for d in scheduler.service.decisions] == ["filter", "bind"]  # as kube-scheduler: no scoring
-    asyncio.run(scheduler.schedule(pods[1]))  # a CPU pod: both pass, so the extender is asked
-    assert [d["verb"] for d in scheduler.service.decisions][2:] == ["filter", "prioritize", "bind"]
-
-
-def test_the_extender_is_not_asked_about_pods_without_its_managed_resources(tmp_path: Path) -> None:
-    nodes, pods = trace(
-        tmp_path,
-        "a,8000,16384,2,T4\nb,8000,16384,0,\n",
-        "web,1000,1024,0,0,,LS,Running,0,,0\ngpu,1000,1024,1,1000,,LS,Running,1,,1\n",
-    )
-    data = yaml.safe_load(DEFAULT_SCHEDULER_CONFIG.read_text(encoding="utf-8"))
-    data["extenders"][0]["managedResources"] = [{"name": GPU, "ignoredByScheduler": False}]
-    scheduler_config = parse_scheduler_config(data, "managed")
-    scheduler = _Scheduler(policy_config(load_config(None), "fitplus-sra"), nodes, seed=0, scheduler=scheduler_config)
-    asyncio.run(scheduler.schedule(pods[0]))  # CPU pod, two nodes pass: kube-scheduler alone scores (all tie)
-    assert [d["verb"] for d in scheduler.service.decisions] == ["filter", "bind"]
-
-
-def test_cli_shows_and_takes_the_scheduler_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    nodes = write(tmp_path, "nodes.csv", NODE_HEADER + "a,8000,16384,2,T4\nb,8000,16384,2,T4\n")
-    pods = write(tmp_path, "pods.csv", POD_HEADER + "p,1000,1024,1,1000,,LS,Running,0,,0\n")
-    args = ["simulate", "--nodes", str(nodes), "--pods", str(pods), "--no-progress", "--policy", "random"]
-    assert main(args) == 0
-    out = capsys.readouterr().out
-    assert "scheduler config: deploy/kube-scheduler-config.yaml (default), profile gpu-scheduler" in out
-    assert "extender weight 200" in out
-    assert main([*args, "--scheduler-config", "none"]) == 0
-    assert "scheduler config: none (the extender's priority alone decides)" in capsys.readouterr().out
-    low_weight = str(LOW_WEIGHT / "kube-scheduler-config.yaml")
-    assert main([*args, "--scheduler-config", low_weight, "--profile", "gpu-scheduler", "--json"]) == 0
-    report = json.loads(capsys.readouterr().out)["schedulerConfig"]
-    assert report["source"] == low_weight and report["extenderWeight"] == 1
-    assert {"name": "NodeResourcesFit", "weight": 1, "modelled": True} in report["scorePlugins"]
-    assert main([*args, "--scheduler-config", str(tmp_path / "missing.yaml")]) == 2
-    assert "cannot read scheduler config" in capsys.readouterr().err
-    assert main([*args, "--profile", "nope"]) == 2
-    assert "no profile with schedulerName 'nope'" in capsys.readouterr().err
-    assert main([*args, "--scheduler-config", "none", "--profile", "x"]) == 2
-    assert "--profile needs a scheduler config" in capsys.readouterr().err
-
-
-def test_cli_warns_when_kube_scheduler_would_score_a_sample(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    nodes = write(tmp_path, "nodes.csv", NODE_HEADER + "".join(f"n{i},8000,16384,1,T4\n" for i in range(100)))
-    pods = write(tmp_path, "pods.csv", POD_HEADER + "p,1000,1024,1,1000,,LS,Running,0,,0\n")
-    data = yaml.safe_load(DEFAULT_SCHEDULER_CONFIG.read_text(encoding="utf-8"))
-    del data["profiles"][0]["percentageOfNodesToScore"]  # adaptive: a sample of 100+ nodes
-    sampled = write(tmp_path, "sampled.yaml", yaml.safe_dump(data))
-    args = ["simulate", "--nodes", str(nodes), "--pods", str(pods), "--no-progress", "--policy", "random"]
-    assert main([*args, "--scheduler-config", str(sampled)]) == 0
-    assert "percentageOfNodesToScore is adaptive (unset)" in capsys.readouterr().err
-    assert main(args) == 0  # the shipped profile scores 100 %
-    assert "percentageOfNodesToScore" not in capsys.readouterr().err
