@@ -78,6 +78,13 @@ def absolute_batch(node_scores: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
 
 def candidates_batch(node_scores: npt.NDArray[np.int64], known: npt.NDArray[np.bool_]) -> npt.NDArray[np.int64]:
     """``candidates`` over an array; positions where ``known`` is False count as None."""
+    every = bool(known.all())  # nearly always: then no masks (a mask is a copy of thousands)
+    if every and len(node_scores):
+        best, worst = int(node_scores.max()), int(node_scores.min())
+        if best == worst:
+            return np.full(len(node_scores), MAX_EXTENDER_PRIORITY, dtype=np.int64)
+        scaled: npt.NDArray[np.int64] = MAX_EXTENDER_PRIORITY + (-_SPAN * (best - node_scores)) // (best - worst)
+        return scaled
     out = np.full(len(node_scores), MIN_EXTENDER_PRIORITY, dtype=np.int64)
     if not known.any():
         return out
