@@ -43,15 +43,18 @@ def in_queue(pod: dict[str, Any], queue: str, label: str = "kueue.x-k8s.io/queue
     return pod
 
 
+def cluster_queue(name: str, flavor: str, nominal_gpus: int, **spec: Any) -> dict[str, Any]:
+    """A ClusterQueue with ``nominal_gpus`` GPUs of ``flavor`` (one resource group covering
+    nvidia.com/gpu); ``spec``: more of its spec (cohortName, preemption, ...)."""
+    gpus = {"name": "nvidia.com/gpu", "nominalQuota": nominal_gpus}
+    group = {"coveredResources": ["nvidia.com/gpu"], "flavors": [{"name": flavor, "resources": [gpus]}]}
+    return {"metadata": {"name": name}, "spec": {**spec, "resourceGroups": [group]}}
+
+
 def lending_cluster_queue(name: str, flavor: str, nominal_gpus: int = 4) -> dict[str, Any]:
     """A ClusterQueue of cohort "gpus" with ``nominal_gpus`` GPUs of ``flavor`` that reclaims what it
     lent (reclaimWithinCohort: Any): the lender and the borrower of the reclaim tests."""
-    gpus = {"name": "nvidia.com/gpu", "nominalQuota": nominal_gpus}
-    group = {"coveredResources": ["nvidia.com/gpu"], "flavors": [{"name": flavor, "resources": [gpus]}]}
-    return {
-        "metadata": {"name": name},
-        "spec": {"cohortName": "gpus", "preemption": {"reclaimWithinCohort": "Any"}, "resourceGroups": [group]},
-    }
+    return cluster_queue(name, flavor, nominal_gpus, cohortName="gpus", preemption={"reclaimWithinCohort": "Any"})
 
 
 def pod_obj(

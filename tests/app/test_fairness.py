@@ -16,6 +16,7 @@ from app.cluster.objects import node_from_obj, pod_from_obj
 from app.config import ConfigError, ExtenderConfiguration, parse_config
 from tests.conftest import (
     bind_body,
+    cluster_queue,
     filter_body,
     in_queue,
     labelled,
@@ -229,19 +230,7 @@ COHORT_9 = {
         }
     ],
     "clusterQueues": [
-        {
-            "metadata": {"name": name},
-            "spec": {
-                "cohortName": "c",
-                "preemption": {"reclaimWithinCohort": "Any"},
-                "resourceGroups": [
-                    {
-                        "coveredResources": [GPU],
-                        "flavors": [{"name": "default", "resources": [{"name": GPU, "nominalQuota": 0}]}],
-                    }
-                ],
-            },
-        }
+        cluster_queue(name, "default", 0, cohortName="c", preemption={"reclaimWithinCohort": "Any"})
         for name in ("cq-p1", "cq-p2")
     ],
     "localQueues": [

@@ -13,6 +13,7 @@ from tests.conftest import (
     DRIVER,
     bind_body,
     claim_obj,
+    cluster_queue,
     device_class_obj,
     filter_body,
     gpu_device,
@@ -26,19 +27,7 @@ from tests.conftest import (
 
 DRA_QUEUES = {
     "resourceFlavors": [{"metadata": {"name": "any"}}],
-    "clusterQueues": [
-        {
-            "metadata": {"name": "cq"},
-            "spec": {
-                "resourceGroups": [
-                    {
-                        "coveredResources": [GPU],
-                        "flavors": [{"name": "any", "resources": [{"name": GPU, "nominalQuota": 3}]}],
-                    }
-                ]
-            },
-        }
-    ],
+    "clusterQueues": [cluster_queue("cq", "any", 3)],
     "localQueues": [{"metadata": {"name": "lq", "namespace": "default"}, "spec": {"clusterQueue": "cq"}}],
     "deviceClassMappings": [{"name": GPU, "deviceClassNames": [DRIVER]}],
 }

@@ -15,6 +15,7 @@ from scoring.framework import Status
 from tests.conftest import (
     bind_pod,
     claim_obj,
+    cluster_queue,
     device_class_obj,
     filter_answer,
     filter_body,
@@ -399,19 +400,7 @@ def test_the_queue_counts_the_whole_group() -> None:
     config = {
         "queues": {
             "resourceFlavors": [{"metadata": {"name": "any"}}],
-            "clusterQueues": [
-                {
-                    "metadata": {"name": "team"},
-                    "spec": {
-                        "resourceGroups": [
-                            {
-                                "coveredResources": [GPU],
-                                "flavors": [{"name": "any", "resources": [{"name": GPU, "nominalQuota": 16}]}],
-                            }
-                        ]
-                    },
-                }
-            ],
+            "clusterQueues": [cluster_queue("team", "any", 16)],
             "localQueues": [{"metadata": {"name": "q", "namespace": "default"}, "spec": {"clusterQueue": "team"}}],
         }
     }

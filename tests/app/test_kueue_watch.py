@@ -26,7 +26,7 @@ from app.runtime import Runtime, build_cluster_runtime, build_snapshot_runtime
 from fairshare.config import KUEUE_QUEUE_LABEL, parse_queue_config
 from fairshare.quota import LocalQueue
 from tests.app.apiharness import eventually
-from tests.conftest import node_obj, pod_obj
+from tests.conftest import cluster_queue, node_obj, pod_obj
 from tests.fakeapi import FakeAPIServer
 
 GPU = "nvidia.com/gpu"
@@ -159,19 +159,7 @@ FILE_QUEUES: dict[str, Any] = {
     "watchKueue": True,
     "fairSharing": {"preemptionStrategies": ["LessThanInitialShare"]},
     "resourceFlavors": [{"metadata": {"name": "from-file"}}],
-    "clusterQueues": [
-        {
-            "metadata": {"name": "file-queue"},
-            "spec": {
-                "resourceGroups": [
-                    {
-                        "coveredResources": [GPU],
-                        "flavors": [{"name": "from-file", "resources": [{"name": GPU, "nominalQuota": 1}]}],
-                    }
-                ]
-            },
-        }
-    ],
+    "clusterQueues": [cluster_queue("file-queue", "from-file", 1)],
 }
 
 

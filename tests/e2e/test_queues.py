@@ -6,7 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.e2e.conftest import GPU, GROUP_LABEL, Group
+from tests.conftest import cluster_queue
+from tests.e2e.conftest import GROUP_LABEL, Group
 from tests.e2e.controlplane import extender_config
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -19,19 +20,7 @@ def queued(group: Group) -> Iterator[Group]:
     config["plugins"].append({"name": "FlavorFairness", "weight": 1})
     config["queues"] = {
         "resourceFlavors": [{"metadata": {"name": "e2e-gpus"}, "spec": {"nodeLabels": {GROUP_LABEL: group.name}}}],
-        "clusterQueues": [
-            {
-                "metadata": {"name": "team"},
-                "spec": {
-                    "resourceGroups": [
-                        {
-                            "coveredResources": [GPU],
-                            "flavors": [{"name": "e2e-gpus", "resources": [{"name": GPU, "nominalQuota": 2}]}],
-                        }
-                    ]
-                },
-            }
-        ],
+        "clusterQueues": [cluster_queue("team", "e2e-gpus", 2)],
         "localQueues": [{"metadata": {"name": "work", "namespace": group.name}, "spec": {"clusterQueue": "team"}}],
     }
     group.cluster.restart_extender(config)
