@@ -79,21 +79,18 @@ def absolute_batch(node_scores: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
 def candidates_batch(node_scores: npt.NDArray[np.int64], known: npt.NDArray[np.bool_]) -> npt.NDArray[np.int64]:
     """``candidates`` over an array; positions where ``known`` is False count as None."""
     every = bool(known.all())  # nearly always: then no masks (a mask is a copy of thousands)
-    if every and len(node_scores):
-        best, worst = int(node_scores.max()), int(node_scores.min())
-        if best == worst:
-            return np.full(len(node_scores), MAX_EXTENDER_PRIORITY, dtype=np.int64)
-        scaled: npt.NDArray[np.int64] = MAX_EXTENDER_PRIORITY + (-_SPAN * (best - node_scores)) // (best - worst)
-        return scaled
-    out = np.full(len(node_scores), MIN_EXTENDER_PRIORITY, dtype=np.int64)
-    if not known.any():
-        return out
-    scores = node_scores[known]
+    scores = node_scores if every else node_scores[known]
+    if not len(scores):
+        return np.full(len(node_scores), MIN_EXTENDER_PRIORITY, dtype=np.int64)
     best, worst = int(scores.max()), int(scores.min())
     if best == worst:
-        out[known] = MAX_EXTENDER_PRIORITY
-        return out
-    out[known] = MAX_EXTENDER_PRIORITY + (-_SPAN * (best - scores)) // (best - worst)
+        scaled = np.full(len(scores), MAX_EXTENDER_PRIORITY, dtype=np.int64)
+    else:
+        scaled = MAX_EXTENDER_PRIORITY + (-_SPAN * (best - scores)) // (best - worst)
+    if every:
+        return scaled
+    out = np.full(len(node_scores), MIN_EXTENDER_PRIORITY, dtype=np.int64)
+    out[known] = scaled
     return out
 
 
