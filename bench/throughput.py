@@ -73,7 +73,7 @@ from typing import Any
 import httpx
 import yaml
 
-from bench import apiserver_work
+from bench import apiserver_work, cpu_report, cpu_sampler
 from bench.plane import GPU, add_nodes, bulk, cpu_seconds
 from bench.pprof import SCHEDULER_FLAGS, capture
 from bench.throughput_phases import (
@@ -85,7 +85,7 @@ from bench.throughput_phases import (
     SCHEDULER_EDITS,
     phase_order,
 )
-from bench.throughput_report import null_ratios
+from bench.throughput_report import report
 from bench.verb_latency import verb_latencies
 from tests.e2e.api import pod_manifest
 from tests.e2e.binaries import REPO, locate_binaries
@@ -94,7 +94,6 @@ from tests.e2e.process import Proc, free_port, stop_children_on_sigterm, wait_fo
 
 NAMESPACE = "bench"
 PPROF_SECONDS = 5
-VERBS = ("filter", "prioritize", "bind", "preempt")
 
 
 @dataclass
@@ -107,6 +106,7 @@ class Phase:
     cpu_seconds: dict[str, float] = field(default_factory=dict)
     verbs: dict[str, dict[str, float]] = field(default_factory=dict)
     api: dict[str, float] = field(default_factory=dict)  # the API server's requests and watch events
+    extender_cpu: dict[str, float] = field(default_factory=dict)  # --cpu-profile: µs per pod by part
 
 
 # --------------------------------------------------------------------------- cluster
@@ -203,7 +203,13 @@ def _cpu(procs: dict[str, Proc]) -> dict[str, float]:
 
 
 def run_phase(
-    plane: ControlPlane, name: str, gpus: list[int], watch: BindWatch, timeout: float, pprof: Path | None = None
+    plane: ControlPlane,
+    name: str,
+    gpus: list[int],
+    watch: BindWatch,
+    timeout: float,
+    pprof: Path | None = None,
+    samples: Path | None = None,
 ) -> Phase:
     names = {f"{name}-{i:05d}" for i in range(len(gpus))}
     profiling = None
@@ -212,7 +218,10 @@ def run_phase(
         port = next(int(a.split("=", 1)[1]) for a in argv if a.startswith("--secure-port="))
         profiling = capture(port, PPROF_SECONDS, pprof / f"{name}.pb.gz")
     api_before = _api_counts(plane)
+    sampled = plane.procs.get("extender") if samples is not None else None
     cpu_before = _cpu(plane.procs)
+    if sampled is not None and samples is not None:
+        cpu_sampler.start(sampled.pid, samples)
     started = time.monotonic()
     asyncio.run(bulk(plane, _pods(name, gpus), concurrency=8))
     with contextlib.suppress(TimeoutError):  # reported as unbound
@@ -221,10 +230,16 @@ def run_phase(
     elapsed = (watch.last(names) if bound else time.monotonic()) - started
     cpu_after = _cpu(plane.procs)
     cpu = {k: round(cpu_after[k] - cpu_before.get(k, 0.0), 2) for k in cpu_after}
+    parts: dict[str, float] = {}
+    if sampled is not None and samples is not None:
+        stacks = cpu_report.read_folded(cpu_sampler.collect(sampled.pid, samples))
+        parts = cpu_report.per_pod(cpu_report.parts(stacks), cpu.get("extender", 0.0), bound)
     api = apiserver_work.work(api_before, _api_counts(plane))
     if profiling is not None:
         profiling.join()
-    return Phase(name, len(names), round(elapsed, 2), round(bound / elapsed, 1), len(names) - bound, cpu, api=api)
+    phase = Phase(name, len(names), round(elapsed, 2), round(bound / elapsed, 1), len(names) - bound, cpu, api=api)
+    phase.extender_cpu = parts
+    return phase
 
 
 def _api_counts(plane: ControlPlane) -> dict[str, float]:
@@ -249,11 +264,13 @@ def baseline_scheduler_config(path: Path) -> Path:
     return path
 
 
-def start_null_extender(plane: ControlPlane, module: str, options: Sequence[str] = ()) -> Extender:
+def start_null_extender(
+    plane: ControlPlane, module: str, options: Sequence[str] = (), runner: Sequence[str] = ()
+) -> Extender:
     """A null extender (``bench.null_extender`` or ``bench.null_raw``, with ``options``) in the
-    extender's place (same ServiceAccount, same process slot)."""
+    extender's place (same ServiceAccount, same process slot); ``runner`` as for ``start_extender``."""
     port = free_port()
-    argv = [sys.executable, "-m", module, *options, "--kubeconfig", str(plane.extender_kubeconfig())]
+    argv = [sys.executable, "-m", *runner, module, *options, "--kubeconfig", str(plane.extender_kubeconfig())]
     log = plane.workdir / "logs" / f"{module.rsplit('.', 1)[1]}.log"
     proc = Proc("extender", [*argv, "--port", str(port)], log, env={"PYTHONPATH": str(REPO)})
     plane.procs["extender"] = proc.start()
@@ -318,6 +335,12 @@ def main(argv: list[str] | None = None) -> int:
         "(read them with python -m bench.pprof)",
     )
     parser.add_argument(
+        "--cpu-profile",
+        metavar="DIR",
+        help="sample the extender's CPU time in each extender phase (bench.cpu_sampler): folded stacks go here, "
+        "microseconds per pod by part are printed (read a file with python -m bench.cpu_report)",
+    )
+    parser.add_argument(
         "--order",
         choices=ORDERS,
         default="alternate",
@@ -338,6 +361,9 @@ def main(argv: list[str] | None = None) -> int:
     if pprof is not None:
         pprof.mkdir(parents=True, exist_ok=True)
     profile_flags = list(SCHEDULER_FLAGS) if pprof is not None else []
+    cpu_dir = Path(args.cpu_profile).resolve() if args.cpu_profile else None
+    if cpu_dir is not None:
+        cpu_dir.mkdir(parents=True, exist_ok=True)
     stop_children_on_sigterm()  # stopped by its PID, it still stops the control plane below
     plane = ControlPlane(workdir, locate_binaries())
     results: dict[str, Any] = {"args": vars(args), "rounds": []}
@@ -354,12 +380,15 @@ def main(argv: list[str] | None = None) -> int:
             for name in phase_order(args.extra_phase, round_index, args.order):
                 started = time.time()
                 qps = args.scheduler_qps or None
+                sampled = cpu_dir is not None and not name.startswith("baseline")
+                samples = cpu_dir / f"r{round_index}-{name}.folded" if cpu_dir is not None and sampled else None
                 if name.startswith("baseline"):
                     flags = ["--feature-gates=OpportunisticBatching=false"] if name == "baseline-nobatching" else []
                     config = baseline_scheduler_config(workdir / "baseline-scheduler.yaml")
                     env = scheduler_env() if name == "baseline-go-shipped" else {}
                     plane.start_scheduler(0, config, qps=qps, flags=[*flags, *profile_flags], env=env)
                 else:
+                    runner = cpu_sampler.runner(samples) if samples is not None else []
                     config = extender_config()
                     if name == "extender-feasible":
                         config["filterReturns"] = "Feasible"
@@ -369,15 +398,15 @@ def main(argv: list[str] | None = None) -> int:
                         config["tieBreak"] = {**config["tieBreak"], "random": False}
                     null = NULL_EXTENDERS.get(name)
                     if null:
-                        extender = start_null_extender(plane, *null)
+                        extender = start_null_extender(plane, *null, runner=runner)
                     else:
                         module = EXTENDER_MODULES.get(name, "app.cli")
-                        extender = plane.start_extender(config, module=module)
+                        extender = plane.start_extender(config, module=module, runner=runner)
                     edit = SCHEDULER_EDITS.get(name)
                     go_env = {} if name == "extender-go-defaults" else None  # None: deploy/'s GOGC, GOMEMLIMIT
                     plane.start_scheduler(extender.port, qps=qps, edit=edit, env=go_env, flags=profile_flags)
                     wait_for("kube-scheduler to lead", lambda since=started: _leading_since(plane, since), 60)
-                phase = run_phase(plane, f"r{round_index}-{name}", gpus, watch, args.timeout, pprof)
+                phase = run_phase(plane, f"r{round_index}-{name}", gpus, watch, args.timeout, pprof, samples)
                 if name.startswith("extender") and name not in NULL_EXTENDERS:  # the null ones keep no metrics
                     phase.verbs = verb_latencies(extender.get("/metrics").text)
                 if name == "extender" and round_index == args.rounds - 1:
@@ -394,6 +423,9 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 for line in apiserver_work.describe(phase.api, phase.pods):
                     print(f"    api: {line}", flush=True)
+                if phase.extender_cpu:
+                    parts = ", ".join(f"{part} {micros:.0f}" for part, micros in phase.extender_cpu.items())
+                    print(f"    extender CPU, µs per pod: {parts}", flush=True)
                 delete_pods(plane)
             ratio = phases["extender"].pods_per_second / max(phases["baseline"].pods_per_second, 1e-9)
             bound = cpu_bound(phases["baseline"], phases["extender"])
@@ -410,7 +442,7 @@ def main(argv: list[str] | None = None) -> int:
         plane.stop()
     if args.workdir is None:
         shutil.rmtree(workdir, ignore_errors=True)  # etcd's data and the logs: ~90 MB a run
-    report(results)
+    report(results, EXTRA_PHASES, NULL_EXTENDERS)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(results, indent=2))
@@ -442,31 +474,6 @@ def cpu_bound(baseline: Phase, extender: Phase) -> float:
     others = {name: cpu for name, cpu in extender.cpu_seconds.items() if name != "extender"}
     with_extender = sum(others.values()) / max(extender.pods, 1)
     return alone / with_extender if with_extender else 0.0
-
-
-def report(results: dict[str, Any]) -> None:
-    print()
-    extra = [name for name in EXTRA_PHASES if results["rounds"] and name in results["rounds"][0]]
-    print("| round | baseline pods/s | extender pods/s | ratio | CPU bound |" + "".join(f" {n} |" for n in extra))
-    print("|---|---|---|---|---|" + "---|" * len(extra))
-    for i, r in enumerate(results["rounds"]):
-        cells = "".join(f" {r[n]['pods_per_second']} |" for n in extra)
-        print(
-            f"| {i} | {r['baseline']['pods_per_second']} | {r['extender']['pods_per_second']} | {r['ratio']} "
-            f"| {r['cpuBound']} |{cells}"
-        )
-    if results["rounds"]:
-        verbs = results["rounds"][-1]["extender"]["verbs"]
-        print("\n| verb | calls | mean ms | p50 ms | p99 ms |\n|---|---|---|---|---|")
-        for verb in VERBS:
-            if verb in verbs:
-                v = verbs[verb]
-                print(f"| {verb} | {int(v['count'])} | {v['mean_ms']:.2f} | {v['p50_ms']:.2f} | {v['p99_ms']:.2f} |")
-    for line in null_ratios(results["rounds"], NULL_EXTENDERS):
-        print(line)
-    for key in ("packing", "fill"):
-        if key in results:
-            print(f"\n{key}: {results[key]}")
 
 
 if __name__ == "__main__":

@@ -7,9 +7,10 @@ import statistics
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["NULL_TARGET", "UNSCORED", "null_ratios"]
+__all__ = ["NULL_TARGET", "UNSCORED", "VERBS", "null_ratios", "report"]
 
 NULL_TARGET = 0.9  # the extender phase against a null extender's, in every round
+VERBS = ("filter", "prioritize", "bind", "preempt")
 UNSCORED = "extender-unscored"  # the shipped /filter keeping the first node that passes (bench.extender_unscored)
 
 
@@ -38,3 +39,29 @@ def _shown(ratios: list[float]) -> str:
     """Each round's ratio; from three rounds on, their median too (rounds of one run move by 0.1)."""
     shown = " / ".join(f"{ratio:.2f}" for ratio in ratios)
     return f"{shown}, median {statistics.median(ratios):.2f}" if len(ratios) > 2 else shown
+
+
+def report(results: dict[str, Any], extra_phases: Iterable[str], nulls: Iterable[str]) -> None:
+    """The run's tables: pods/s per round and phase, the extender's verb latencies, the null ratios."""
+    print()
+    extra = [name for name in extra_phases if results["rounds"] and name in results["rounds"][0]]
+    print("| round | baseline pods/s | extender pods/s | ratio | CPU bound |" + "".join(f" {n} |" for n in extra))
+    print("|---|---|---|---|---|" + "---|" * len(extra))
+    for i, r in enumerate(results["rounds"]):
+        cells = "".join(f" {r[n]['pods_per_second']} |" for n in extra)
+        print(
+            f"| {i} | {r['baseline']['pods_per_second']} | {r['extender']['pods_per_second']} | {r['ratio']} "
+            f"| {r['cpuBound']} |{cells}"
+        )
+    if results["rounds"]:
+        verbs = results["rounds"][-1]["extender"]["verbs"]
+        print("\n| verb | calls | mean ms | p50 ms | p99 ms |\n|---|---|---|---|---|")
+        for verb in VERBS:
+            if verb in verbs:
+                v = verbs[verb]
+                print(f"| {verb} | {int(v['count'])} | {v['mean_ms']:.2f} | {v['p50_ms']:.2f} | {v['p99_ms']:.2f} |")
+    for line in null_ratios(results["rounds"], nulls):
+        print(line)
+    for key in ("packing", "fill"):
+        if key in results:
+            print(f"\n{key}: {results[key]}")

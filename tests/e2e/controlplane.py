@@ -374,9 +374,11 @@ class ControlPlane:
         log_level: str = "info",
         wait: bool = True,
         module: str = "app.cli",
+        runner: Sequence[str] = (),
     ) -> Extender:
         """``kube-gpu-extender serve`` under the ServiceAccount of deploy/rbac.yaml (``module``: another
-        entry point with the same command line, such as a bench's variant of the extender)."""
+        entry point with the same command line, such as a bench's variant of the extender; ``runner``:
+        a module and its arguments that runs ``module``, such as bench.cpu_sampler)."""
         port = port or free_port()
         config_path = self.workdir / "extender-config.yaml"
         config_path.write_text(yaml.safe_dump(dict(config)))
@@ -386,6 +388,7 @@ class ControlPlane:
             [
                 sys.executable,
                 "-m",
+                *runner,
                 module,
                 "serve",
                 "--config",
