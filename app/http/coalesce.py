@@ -68,6 +68,13 @@ class CoalescingTransport:
     def get_write_buffer_size(self) -> int:
         return sum(map(len, self._pending)) + self._transport.get_write_buffer_size()
 
+    # Asked on every request or connection: spelled out, not found through __getattr__.
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self._transport.get_extra_info(name, default)
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)
 

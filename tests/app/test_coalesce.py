@@ -120,3 +120,17 @@ def test_the_served_app_runs_on_the_coalescing_protocol_that_answers_its_verbs()
     assert isinstance(protocol, type) and issubclass(protocol, VerbHttpProtocol)
     assert issubclass(protocol, CoalescingHttpToolsProtocol) and protocol.verbs is app
     assert server.config.proxy_headers is False  # nothing proxies kube-scheduler's calls
+
+
+def test_the_transport_answers_what_uvicorn_asks_per_request_and_connection() -> None:
+    async def run() -> None:
+        inner = RecordingTransport()
+        transport = CoalescingTransport(inner, asyncio.get_running_loop())
+        assert transport.get_extra_info("peername") == ("127.0.0.1", 50000)
+        assert transport.get_extra_info("sslcontext", "none") == "none"
+        assert transport.is_closing() is False
+        transport.close()
+        assert transport.is_closing() is True
+        transport.pause_reading()  # the rest still goes to the transport underneath
+
+    asyncio.run(run())
