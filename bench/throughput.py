@@ -218,10 +218,10 @@ def run_phase(
         port = next(int(a.split("=", 1)[1]) for a in argv if a.startswith("--secure-port="))
         profiling = capture(port, PPROF_SECONDS, pprof / f"{name}.pb.gz")
     api_before = _api_counts(plane)
-    sampled = plane.procs.get("extender") if samples is not None else None
+    sampled = plane.procs["extender"].pid if samples is not None else None
     cpu_before = _cpu(plane.procs)
     if sampled is not None and samples is not None:
-        cpu_sampler.start(sampled.pid, samples)
+        cpu_sampler.start(sampled, samples)
     started = time.monotonic()
     asyncio.run(bulk(plane, _pods(name, gpus), concurrency=8))
     with contextlib.suppress(TimeoutError):  # reported as unbound
@@ -232,14 +232,13 @@ def run_phase(
     cpu = {k: round(cpu_after[k] - cpu_before.get(k, 0.0), 2) for k in cpu_after}
     parts: dict[str, float] = {}
     if sampled is not None and samples is not None:
-        stacks = cpu_report.read_folded(cpu_sampler.collect(sampled.pid, samples))
+        stacks = cpu_report.read_folded(cpu_sampler.collect(sampled, samples))
         parts = cpu_report.per_pod(cpu_report.parts(stacks), cpu.get("extender", 0.0), bound)
     api = apiserver_work.work(api_before, _api_counts(plane))
     if profiling is not None:
         profiling.join()
-    phase = Phase(name, len(names), round(elapsed, 2), round(bound / elapsed, 1), len(names) - bound, cpu, api=api)
-    phase.extender_cpu = parts
-    return phase
+    rate = round(bound / elapsed, 1)
+    return Phase(name, len(names), round(elapsed, 2), rate, len(names) - bound, cpu, api=api, extender_cpu=parts)
 
 
 def _api_counts(plane: ControlPlane) -> dict[str, float]:
@@ -380,8 +379,9 @@ def main(argv: list[str] | None = None) -> int:
             for name in phase_order(args.extra_phase, round_index, args.order):
                 started = time.time()
                 qps = args.scheduler_qps or None
-                sampled = cpu_dir is not None and not name.startswith("baseline")
-                samples = cpu_dir / f"r{round_index}-{name}.folded" if cpu_dir is not None and sampled else None
+                samples = None  # the extender's CPU samples of this phase (--cpu-profile)
+                if cpu_dir is not None and not name.startswith("baseline"):
+                    samples = cpu_dir / f"r{round_index}-{name}.folded"
                 if name.startswith("baseline"):
                     flags = ["--feature-gates=OpportunisticBatching=false"] if name == "baseline-nobatching" else []
                     config = baseline_scheduler_config(workdir / "baseline-scheduler.yaml")
