@@ -19,6 +19,8 @@ from typing import Any
 import aiohttp
 import msgspec
 
+from app.cluster.api_connections import ApiConnections, ConnectError, Disconnected
+
 __all__ = ["ApiError", "CredentialsError", "GoneError", "KubeClient", "watch_query"]
 
 _decode = msgspec.json.Decoder().decode
@@ -55,11 +57,11 @@ class GoneError(ApiError):
 def _failure(exc: BaseException) -> str:
     """A transport failure as operators read it: what went wrong ("ConnectError", "ReadTimeout", ...),
     then the detail."""
-    if isinstance(exc, aiohttp.ClientConnectorError):  # proxy connection failures included
+    if isinstance(exc, aiohttp.ClientConnectorError | ConnectError):  # proxy connection failures included
         kind = "ConnectError"
     elif isinstance(exc, TimeoutError):  # aiohttp's timeouts are TimeoutErrors
         kind = "ReadTimeout"
-    elif isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError):
+    elif isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError | Disconnected):
         kind = "RemoteProtocolError"
     else:
         kind = type(exc).__name__
@@ -145,6 +147,7 @@ class KubeClient:
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._proxy = proxy
         self._session: aiohttp.ClientSession | None = None  # made on first use, inside the event loop
+        self._posts: ApiConnections | None = None  # the Binding POST's connections (without a proxy)
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -199,6 +202,8 @@ class KubeClient:
         )
 
     async def close(self) -> None:
+        if self._posts is not None:
+            self._posts.close()
         if self._session is not None:
             await self._session.close()
 
@@ -339,7 +344,8 @@ class KubeClient:
         return obj
 
     async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
-        """POST a v1 Binding with the pod UID as precondition (a re-created pod is refused)."""
+        """POST a v1 Binding with the pod UID as precondition (a re-created pod is refused). Sent for
+        every pod: on ``ApiConnections`` unless a proxy is configured (app/cluster/api_connections.py)."""
         binding = {
             "apiVersion": "v1",
             "kind": "Binding",
@@ -347,8 +353,35 @@ class KubeClient:
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
         path = f"/api/v1/namespaces/{namespace}/pods/{name}/binding"
-        # No prefix on a transport failure: the service's message names the pod and the node.
-        await self._send("POST", path, msgspec.json.encode(binding), "")
+        if self._proxy:
+            # No prefix on a transport failure: the service's message names the pod and the node.
+            await self._send("POST", path, msgspec.json.encode(binding), "")
+            return
+        if self._posts is None:
+            context = self._ssl if isinstance(self._ssl, ssl.SSLContext) else _default_tls(self._ssl)
+            self._posts = ApiConnections(self.base_url, context, self._timeout.total or 30.0, _HEADERS)
+        try:
+            answer = await self._posts.post(path, msgspec.json.encode(binding), self._headers_pair())
+        except TimeoutError as exc:
+            raise ApiError("timed out: no answer in time", reason="Timeout") from exc
+        except OSError as exc:  # ConnectError, Disconnected, TLS errors
+            raise ApiError(_failure(exc), reason="Transport") from exc
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug('HTTP Request: POST %s%s "HTTP/1.1 %d %s"', self.base_url, path, answer.status, answer.phrase)
+        if answer.status not in (200, 201):
+            raise _error(answer.status, answer.phrase, answer.headers, answer.body)
+
+    def _headers_pair(self) -> tuple[str, str] | None:
+        return self._authorization() if self._authorization else None
+
+
+def _default_tls(verify: bool) -> ssl.SSLContext:
+    """The TLS aiohttp uses for ``ssl=True`` (the system's CAs) or ``ssl=False`` (no verification)."""
+    context = ssl.create_default_context()
+    if not verify:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    return context
 
 
 def watch_query(resource_version: str, field_selector: str = "", timeout_seconds: int = 300) -> dict[str, str]:
