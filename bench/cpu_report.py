@@ -23,7 +23,7 @@ PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("logging", ("logging/__init__.py:",)),
     ("/filter", ("app/service.py:ExtenderService._filter", "bench/extender_null_filter.py:first_candidate")),
     ("/prioritize", ("app/service.py:ExtenderService._prioritize", "app/service.py:ExtenderService.priorities")),
-    ("/bind: Binding POST (aiohttp)", ("app/cluster/kube.py:KubeClient.bind",)),
+    ("/bind: Binding POST", ("app/cluster/kube.py:KubeClient.bind",)),
     ("/bind: admit, reserve, assume", ("app/bind.py:BindVerb.bind",)),
     ("watch events", ("app/cluster/reflector.py:",)),
     ("node snapshots", ("app/cluster/cache.py:ClusterCache._rebuild_stale",)),

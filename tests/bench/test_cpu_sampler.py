@@ -87,7 +87,7 @@ def test_a_sample_goes_to_the_first_part_on_its_stack() -> None:
     )
     assert cpu_report.parts(stacks) == Counter(
         {
-            "/bind: Binding POST (aiohttp)": 6,
+            "/bind: Binding POST": 6,
             "/bind: admit, reserve, assume": 2,
             "logging": 1,
             "watch events": 3,
@@ -114,6 +114,6 @@ def test_the_report_prints_parts_and_own_frames(tmp_path: Path, capsys: pytest.C
     folded.write_text(f"app/bind.py:BindVerb.bind;{KUBE_BIND} 3\n{WRITE} 1\n")
     assert cpu_report.main([str(folded), "--cpu-seconds", "0.4", "--pods", "100"]) == 0
     out = capsys.readouterr().out
-    assert re.search(r"75\.0 %  /bind: Binding POST \(aiohttp\) +3000\.0 µs per pod", out)
+    assert re.search(r"75\.0 %  /bind: Binding POST +3000\.0 µs per pod", out)
     assert f"75.0 %  {KUBE_BIND}" in out and f"25.0 %  {WRITE}" in out
     assert cpu_report.main([str(tmp_path / "missing.folded")]) == 2

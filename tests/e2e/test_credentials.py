@@ -9,7 +9,7 @@ import base64
 import datetime
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,18 +22,27 @@ from tests.e2e.conftest import Cluster
 from tests.e2e.controlplane import EXTENDER_SA, ControlPlane
 from tests.e2e.process import wait_for
 
+OK = (200, 404)  # nodes listed; the Binding of a pod that does not exist refused as NotFound, not 401 or 403
 SA_USER = f"system:serviceaccount:{EXTENDER_SA[0]}:{EXTENDER_SA[1]}"
 
 
-def _list_nodes(kube: KubeClient) -> int:
-    """Lists nodes (the extender's ClusterRole allows it, anonymous may not): the status, 200 or the error's."""
+def _statuses(kube: KubeClient) -> tuple[int, int]:
+    """Lists nodes and POSTs the Binding of a pod that does not exist (the extender's ClusterRole allows
+    both, anonymous neither): the statuses, 200 and 404 when the credential went with both requests
+    (the Binding goes on connections of its own, app/cluster/api_connections.py)."""
 
-    async def run() -> int:
+    async def status(request: Awaitable[Any]) -> int:
         try:
-            await kube.list("/api/v1/nodes", limit=1)
+            await request
             return 200
         except ApiError as exc:
             return exc.status
+
+    async def run() -> tuple[int, int]:
+        try:
+            listed = await status(kube.list("/api/v1/nodes", limit=1))
+            bound = await status(kube.bind("default", "no-such-pod", "0000", "no-such-node"))
+            return listed, bound
         finally:
             await kube.close()
 
@@ -57,17 +66,18 @@ def token(plane: ControlPlane) -> str:
 
 
 def test_anonymous_is_refused(plane: ControlPlane, tmp_path: Path) -> None:
-    """The control: without a credential, listing nodes fails (so 200 below means the credential was sent)."""
-    assert _list_nodes(_from_kubeconfig(plane, tmp_path, {})) == 403
+    """The control: without a credential both requests are refused (so 200 and 404 below mean the
+    credential was sent)."""
+    assert _statuses(_from_kubeconfig(plane, tmp_path, {})) == (403, 403)
 
 
 def test_static_token(plane: ControlPlane, token: str, tmp_path: Path) -> None:
-    assert _list_nodes(_from_kubeconfig(plane, tmp_path, {"token": token})) == 200
+    assert _statuses(_from_kubeconfig(plane, tmp_path, {"token": token})) == OK
 
 
 def test_token_file(plane: ControlPlane, token: str, tmp_path: Path) -> None:
     (tmp_path / "token").write_text(token)
-    assert _list_nodes(_from_kubeconfig(plane, tmp_path, {"tokenFile": str(tmp_path / "token")})) == 200
+    assert _statuses(_from_kubeconfig(plane, tmp_path, {"tokenFile": str(tmp_path / "token")})) == OK
 
 
 def _exec_plugin(tmp_path: Path, output: dict[str, Any]) -> dict[str, Any]:
@@ -95,7 +105,7 @@ def _exec_plugin(tmp_path: Path, output: dict[str, Any]) -> dict[str, Any]:
 def test_exec_plugin_token_refreshed_when_it_expires(plane: ControlPlane, token: str, tmp_path: Path) -> None:
     past = (datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
     user = _exec_plugin(tmp_path, {"token": token, "expirationTimestamp": past})
-    assert _list_nodes(_from_kubeconfig(plane, tmp_path, user)) == 200
+    assert _statuses(_from_kubeconfig(plane, tmp_path, user)) == OK
     assert int((tmp_path / "runs").read_text()) >= 2  # loaded, then run again because it had expired
 
 
@@ -103,7 +113,7 @@ def test_exec_plugin_client_certificate(plane: ControlPlane, tmp_path: Path) -> 
     assert plane.pki is not None
     cert, key = plane.pki.issue("exec-client", extensions="extendedKeyUsage=clientAuth", subject=f"/CN={SA_USER}")
     user = _exec_plugin(tmp_path, {"clientCertificateData": cert.read_text(), "clientKeyData": key.read_text()})
-    assert _list_nodes(_from_kubeconfig(plane, tmp_path, user)) == 200
+    assert _statuses(_from_kubeconfig(plane, tmp_path, user)) == OK
 
 
 @pytest.mark.parametrize("insecure", [False, True], ids=["verified", "insecure-skip-tls-verify"])
@@ -114,7 +124,7 @@ def test_client_certificate(plane: ControlPlane, tmp_path: Path, insecure: bool)
         f"client-{insecure}", extensions="extendedKeyUsage=clientAuth", subject=f"/CN={SA_USER}"
     )
     user = {"client-certificate": str(cert), "client-key": str(key)}
-    assert _list_nodes(_from_kubeconfig(plane, tmp_path, user, insecure=insecure)) == 200
+    assert _statuses(_from_kubeconfig(plane, tmp_path, user, insecure=insecure)) == OK
 
 
 def test_client_certificate_data_inline(plane: ControlPlane, tmp_path: Path) -> None:
@@ -124,7 +134,7 @@ def test_client_certificate_data_inline(plane: ControlPlane, tmp_path: Path) -> 
         "client-certificate-data": base64.b64encode(cert.read_bytes()).decode(),
         "client-key-data": base64.b64encode(key.read_bytes()).decode(),
     }
-    assert _list_nodes(_from_kubeconfig(plane, tmp_path, user)) == 200
+    assert _statuses(_from_kubeconfig(plane, tmp_path, user)) == OK
 
 
 @pytest.fixture
@@ -185,15 +195,15 @@ def test_in_cluster_with_token_rotation(
     cfg = client.Configuration()
     incluster_config.InClusterConfigLoader(str(token_file), str(plane.serving_ca), environ=environ).load_and_set(cfg)
 
-    def status() -> int:
-        return _list_nodes(KubeClient.from_configuration(cfg))
+    def status() -> tuple[int, int]:
+        return _statuses(KubeClient.from_configuration(cfg))
 
-    assert status() == 200
+    assert status() == OK
     # The kubelet rotates the token; the old one stops working (its ServiceAccount is gone).
     token_file.write_text(plane.service_account_token("kube-system", second))
     plane.admin.delete(f"/api/v1/namespaces/kube-system/serviceaccounts/{first}", grace=None)
     # Within the loader's refresh period the old token is still sent, and refused once the API server
     # has seen the deletion.
-    wait_for("the old token refused", lambda: status() == 401)
+    wait_for("the old token refused", lambda: status() == (401, 401))
     clock.offset = datetime.timedelta(minutes=2)
-    assert status() == 200
+    assert status() == OK
