@@ -134,6 +134,7 @@ class ApiConnections:
         fixed = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
         self._fixed = f"Host: {parts.netloc.rpartition('@')[2]}\r\n{fixed}".encode("latin-1")
         self._idle: list[_Connection] = []
+        self._loop: asyncio.AbstractEventLoop | None = None  # the connections' loop
 
     async def post(self, path: str, body: bytes, authorization: tuple[str, str] | None = None) -> Answer:
         """The answer to POST ``path`` (from the server's root) with ``body`` (JSON)."""
@@ -141,6 +142,10 @@ class ApiConnections:
         if authorization is not None:
             head += f"{authorization[0]}: {authorization[1]}\r\n".encode("latin-1")
         request = head + b"Content-Length: %d\r\n\r\n" % len(body) + body
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:  # a client used again under a new event loop: the old one's are gone
+            self._idle.clear()
+            self._loop = loop
         connection: _Connection | None = None
         try:
             async with asyncio.timeout(self.timeout):

@@ -12,6 +12,8 @@ import pytest
 
 from app.cluster.api_connections import IDLE_SECONDS, ApiConnections
 from app.cluster.kube import ApiError, KubeClient
+from tests.conftest import pod_obj
+from tests.fakeapi.server import FakeAPIServer
 
 CREATED = b'HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nContent-Length: 17\r\n\r\n{"kind":"Status"}'
 
@@ -23,11 +25,14 @@ class Request:
     body: bytes
 
 
+Answerer = Callable[[Request, int], Awaitable[bytes | None]]
+
+
 @dataclass
 class Stub:
     """Answers each request with ``answer(request, index)``: bytes to write, or None to hang up."""
 
-    answer: Callable[[Request, int], Awaitable[bytes | None]]
+    answer: Answerer
     connections: int = 0
     requests: list[Request] = field(default_factory=list)
     closed: int = 0  # connections that ended (EOF from the client, or our hang-up)
@@ -53,7 +58,7 @@ class Stub:
             writer.close()
 
 
-def run(answer: Callable[[Request, int], Awaitable[bytes | None]], body: Callable[[Stub, str], Awaitable[None]]) -> Stub:
+def run(answer: Answerer, body: Callable[[Stub, str], Awaitable[None]]) -> Stub:
     stub = Stub(answer)
 
     async def main() -> None:
@@ -92,7 +97,8 @@ def test_binds_reuse_one_connection_and_carry_the_binding_and_the_credential() -
 
 
 def test_a_refusal_is_an_api_error_with_the_status_message_and_retry_after() -> None:
-    conflict = json.dumps({"kind": "Status", "message": 'pod p1 is already assigned to node "g1"', "reason": "Conflict"})
+    message = 'pod p1 is already assigned to node "g1"'
+    conflict = json.dumps({"kind": "Status", "message": message, "reason": "Conflict"})
     refusals = [
         f"HTTP/1.1 409 Conflict\r\nContent-Length: {len(conflict)}\r\n\r\n{conflict}".encode(),
         b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 3\r\nContent-Length: 2\r\n\r\n{}",
@@ -119,7 +125,8 @@ def test_a_refusal_is_an_api_error_with_the_status_message_and_retry_after() -> 
 
 def test_a_chunked_answer_and_connection_close_are_honoured() -> None:
     async def answer(request: Request, index: int) -> bytes | None:
-        return b"HTTP/1.1 201 Created\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n5\r\n{\"a\":\r\n2\r\n1}\r\n0\r\n\r\n"
+        head = b"HTTP/1.1 201 Created\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+        return head + b'5\r\n{"a":\r\n2\r\n1}\r\n0\r\n\r\n'
 
     async def body(stub: Stub, url: str) -> None:
         client = KubeClient(url)
@@ -217,3 +224,12 @@ def test_with_a_proxy_the_binding_goes_through_it() -> None:
 def test_only_http_urls_of_a_server() -> None:
     with pytest.raises(ValueError, match="not an http"):
         ApiConnections("unix:///var/run/api.sock", None, 5.0, {})
+
+
+def test_a_client_used_again_under_a_new_event_loop_connects_again(fake: FakeAPIServer) -> None:
+    """The CLI and tests run one asyncio.run after another: a connection of a closed loop is not reused."""
+    client = KubeClient(fake.url)
+    for name in ("p1", "p2"):
+        pod = fake.add(pod_obj(name, gpus=1))
+        asyncio.run(client.bind("default", name, pod["metadata"]["uid"], "g1"))
+    assert [b["metadata"]["name"] for b in fake.bindings] == ["p1", "p2"]
