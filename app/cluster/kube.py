@@ -73,12 +73,17 @@ def _failure(exc: BaseException) -> str:
 def tls_context(cfg: Any) -> ssl.SSLContext:
     """TLS for a ``kubernetes.client.Configuration``: its CA (or the system's), its client certificate
     whether or not the server is verified, and no verification with ``insecure-skip-tls-verify``."""
-    context = ssl.create_default_context(cafile=cfg.ssl_ca_cert or None)
-    if not cfg.verify_ssl:
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
+    context = _verifying(ssl.create_default_context(cafile=cfg.ssl_ca_cert or None), cfg.verify_ssl)
     if cfg.cert_file and cfg.key_file:
         context.load_cert_chain(cfg.cert_file, cfg.key_file)
+    return context
+
+
+def _verifying(context: ssl.SSLContext, verify: bool) -> ssl.SSLContext:
+    """``context`` as it is, or without any verification of the server (``verify`` False)."""
+    if not verify:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
     return context
 
 
@@ -162,8 +167,12 @@ class KubeClient:
             )
         return self._session
 
+    def _credential(self) -> tuple[str, str] | None:
+        """The credential header (name, value) to send now, if any."""
+        return self._authorization() if self._authorization else None
+
     def _headers(self) -> dict[str, str] | None:
-        header = self._authorization() if self._authorization else None
+        header = self._credential()
         return {header[0]: header[1]} if header else None
 
     @classmethod
@@ -359,10 +368,12 @@ class KubeClient:
             await self._send("POST", path, msgspec.json.encode(binding), "")
             return
         if self._posts is None:
-            context = self._ssl if isinstance(self._ssl, ssl.SSLContext) else _default_tls(self._ssl)
+            context = self._ssl
+            if not isinstance(context, ssl.SSLContext):  # what aiohttp takes for ssl=True (the system's CAs) or False
+                context = _verifying(ssl.create_default_context(), context)
             self._posts = ApiConnections(self.base_url, context, self._timeout.total or 30.0, _HEADERS)
         try:
-            answer = await self._posts.post(path, msgspec.json.encode(binding), self._headers_pair())
+            answer = await self._posts.post(path, msgspec.json.encode(binding), self._credential())
         except TimeoutError as exc:
             raise ApiError("timed out: no answer in time", reason="Timeout") from exc
         except OSError as exc:  # ConnectError, Disconnected, TLS errors
@@ -371,18 +382,6 @@ class KubeClient:
             log.debug('HTTP Request: POST %s%s "HTTP/1.1 %d %s"', self.base_url, path, answer.status, answer.phrase)
         if answer.status not in (200, 201):
             raise _error(answer.status, answer.phrase, answer.headers, answer.body)
-
-    def _headers_pair(self) -> tuple[str, str] | None:
-        return self._authorization() if self._authorization else None
-
-
-def _default_tls(verify: bool) -> ssl.SSLContext:
-    """The TLS aiohttp uses for ``ssl=True`` (the system's CAs) or ``ssl=False`` (no verification)."""
-    context = ssl.create_default_context()
-    if not verify:
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    return context
 
 
 def watch_query(resource_version: str, field_selector: str = "", timeout_seconds: int = 300) -> dict[str, str]:
