@@ -33,6 +33,7 @@ class Stub:
     """Answers each request with ``answer(request, index)``: bytes to write, or None to hang up."""
 
     answer: Answerer
+    close_after: set[int] = field(default_factory=set)  # requests after whose answer the server hangs up
     connections: int = 0
     requests: list[Request] = field(default_factory=list)
     closed: int = 0  # connections that ended (EOF from the client, or our hang-up)
@@ -51,6 +52,8 @@ class Stub:
                     break
                 writer.write(data)
                 await writer.drain()
+                if len(self.requests) - 1 in self.close_after:
+                    break
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         finally:
@@ -58,8 +61,8 @@ class Stub:
             writer.close()
 
 
-def run(answer: Answerer, body: Callable[[Stub, str], Awaitable[None]]) -> Stub:
-    stub = Stub(answer)
+def run(answer: Answerer, body: Callable[[Stub, str], Awaitable[None]], close_after: set[int] | None = None) -> Stub:
+    stub = Stub(answer, close_after or set())
 
     async def main() -> None:
         server = await asyncio.start_server(stub.handle, "127.0.0.1", 0)
@@ -163,6 +166,24 @@ def test_no_server_is_a_connect_error() -> None:
         await client.close()
 
     assert run(created, body).connections == 0
+
+
+def test_a_connection_the_server_closed_while_idle_is_not_used_again() -> None:
+    async def body(stub: Stub, url: str) -> None:
+        client = KubeClient(url)
+        await client.bind("ns", "p1", "u", "g2")
+        assert client._posts is not None
+        idle = client._posts._idle[0]
+        for _ in range(1000):  # until this loop has read the server's hang-up
+            if not idle.reusable:
+                break
+            await asyncio.sleep(0)
+        assert not idle.reusable
+        await client.bind("ns", "p2", "u", "g2")
+        await client.close()
+
+    stub = run(created, body, close_after={0})
+    assert stub.connections == 2 and len(stub.requests) == 2
 
 
 def test_a_late_answer_times_out_and_its_connection_is_not_used_again() -> None:
