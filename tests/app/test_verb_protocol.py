@@ -19,7 +19,7 @@ from uvicorn.server import ServerState
 from app.http import verb_protocol as verb_protocol_module
 from app.http.server import create_app
 from app.http.serving import ExtenderServer, build_server
-from app.http.verb_protocol import verb_protocol
+from app.http.verb_protocol import verb_head, verb_protocol
 from app.service import ExtenderService
 from tests.app.serverutil import running
 from tests.app.test_coalesce import RecordingTransport
@@ -257,3 +257,206 @@ def test_a_body_arriving_in_pieces_is_answered_and_the_connection_parses_what_fo
     assert [host["Host"] for host in json.loads(answers[1])] == ["g2"]
     assert json.loads(answers[2])["NodeNames"] == ["g2"]
     assert json.loads(answers[3]) == {"status": "ok"}
+
+
+def _route(path: str) -> Any:
+    return {"/filter": "filter", "/bind": "bind"}.get(path)
+
+
+FIELDS = b"Host: x\r\nUser-Agent: kube-scheduler/v1.36.2\r\nContent-Type: application/json"
+
+
+@pytest.mark.parametrize(
+    ("head", "expected"),
+    [
+        (b"POST /filter HTTP/1.1\r\n" + FIELDS + b"\r\nContent-Length: 12", ("filter", 12, True)),
+        (b"POST /bind?x=%41 HTTP/1.1\r\ncontent-length:  7 \r\n" + FIELDS, ("bind", 7, True)),  # query, case, spaces
+        (b"POST /filter HTTP/1.1\r\nConnection: keep-alive, Close\r\nContent-Length: 2", ("filter", 2, False)),
+        (b"POST /filter HTTP/1.0\r\nContent-Length: 2", ("filter", 2, False)),
+        (b"POST /filter HTTP/1.1\r\n" + FIELDS, ("filter", 0, True)),  # no body
+    ],
+)
+def test_a_plain_verb_head_is_read_here(head: bytes, expected: tuple[str, int, bool]) -> None:
+    assert verb_head(head, _route) == expected
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"GET /filter HTTP/1.1\r\nHost: x",  # another method
+        b"POST /healthz HTTP/1.1\r\nHost: x",  # another route
+        b"POST /%66ilter HTTP/1.1\r\nHost: x",  # an escape in the path
+        b"POST /filter HTTP/2.0\r\nHost: x",
+        b"POST /filter HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 2",  # two lengths
+        b"POST /filter HTTP/1.1\r\nContent-Length: -2",
+        b"POST /filter HTTP/1.1\r\nContent-Length: 0x10",
+        b"POST /filter HTTP/1.1\r\nTransfer-Encoding: chunked",
+        b"POST /filter HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 2",
+        b"POST /filter HTTP/1.1\r\nConnection: Upgrade\r\nUpgrade: h2c",
+        b"POST /filter HTTP/1.1\r\nUpgrade: websocket",
+        b"POST /filter HTTP/1.1\nContent-Length: 2",  # bare LF
+        b"POST /filter HTTP/1.1\r\nHost: x\ry",  # bare CR
+        b"POST /filter HTTP/1.1\r\nHost: x\x00",
+        b"POST /filter HTTP/1.1\r\nHost: x\r\n folded",  # obsolete line folding
+        b"POST /filter HTTP/1.1\r\nContent-Length : 2",  # space before the colon
+        b"POST /filter HTTP/1.1\r\nno colon",
+        b"POST  /filter HTTP/1.1\r\nHost: x",
+        b"POST /fil\xc3\xa9ter HTTP/1.1\r\nHost: x",
+    ],
+)
+def test_anything_else_is_left_to_uvicorn(head: bytes) -> None:
+    assert verb_head(head, _route) is None
+
+
+def test_a_head_uvicorn_refuses_is_refused_as_without_us(served: Any) -> None:
+    """Two Content-Lengths on a verb: handed over with the connection, and uvicorn's parser answers 400."""
+    _, server = served
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}")
+        ((status, _, _),) = _answers(sock, 1)
+        assert status.startswith(b"HTTP/1.1 400")
+
+
+def test_a_head_past_64_kib_goes_to_uvicorn_which_answers_it(served: Any) -> None:
+    """(A head split anywhere, even inside its last CRLF CRLF, is read here: the pieces test above.)"""
+    _, server = served
+    body = filter_body(pod_obj("p", gpus=1), ["g1"])
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(_request("/filter", body, "X-Padding: " + "a" * (70 * 1024)))
+        ((status, headers, answer),) = _answers(sock, 1)
+        assert status == b"HTTP/1.1 200 OK" and json.loads(answer)["NodeNames"] == ["g1"]
+        assert headers["server"] == "uvicorn"  # answered through ASGI
+        sock.sendall(_request("/filter", body))  # the connection is uvicorn's now, and still answers verbs
+        ((_, headers, again),) = _answers(sock, 1)
+        assert json.loads(again)["NodeNames"] == ["g1"] and headers["server"] == "uvicorn"
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(_request("/filter", body))
+        ((_, headers, _),) = _answers(sock, 1)
+        assert "server" not in headers  # a new connection: answered here
+
+
+def _exchange_on(app: Any, timeout_keep_alive: float = 5) -> tuple[Any, type[Any]]:
+    config = uvicorn.Config(app, log_config=None, timeout_keep_alive=timeout_keep_alive)  # type: ignore[arg-type]
+    config.load()
+    return config, verb_protocol(app)
+
+
+def test_a_request_behind_a_pending_bind_is_answered_after_it() -> None:
+    """Pipelined behind a bind waiting for the API server: held, then answered in order."""
+    service = make_service(NODES)
+    pod = pod_obj("p", gpus=1)
+    service.cache.upsert_pod(service.pod_info(json.dumps(pod).encode()))
+    release = asyncio.Event()
+    binder = service.binder
+
+    class Gated:
+        async def bind(self, *args: str) -> None:
+            await release.wait()
+            await binder.bind(*args)
+
+    service.binder = Gated()  # type: ignore[assignment]
+    config, protocol_class = _exchange_on(create_app(service))
+
+    async def exchange() -> list[bytes]:
+        transport = RecordingTransport()
+        protocol = protocol_class(config, ServerState(), {}, _loop=asyncio.get_running_loop())
+        protocol.connection_made(transport)
+        stream = _request("/bind", bind_body(pod, "g1")) + _request("/filter", filter_body(pod, ["g2"]))
+        protocol.data_received(stream[:-40])  # the filter's start with the bind, its rest after
+        await asyncio.sleep(0)
+        protocol.data_received(stream[-40:])
+        assert transport.writes == []  # the filter waits behind the bind
+        release.set()
+        while len(transport.writes) < 2:
+            await transport.wrote.wait()
+            transport.wrote.clear()
+        protocol.connection_lost(None)
+        return transport.writes
+
+    bound, filtered = (raw.partition(b"\r\n\r\n")[2] for raw in asyncio.run(exchange()))
+    assert json.loads(bound) == {"Error": ""}
+    assert json.loads(filtered)["NodeNames"] == ["g2"]
+
+
+def test_an_idle_connection_is_closed_after_the_keep_alive_timeout_and_a_busy_one_is_not() -> None:
+    service = make_service(NODES)
+    config, protocol_class = _exchange_on(create_app(service), timeout_keep_alive=5)
+
+    async def exchange() -> None:
+        loop = asyncio.get_running_loop()
+        transport = RecordingTransport()
+        protocol = protocol_class(config, ServerState(), {}, _loop=loop)
+        protocol.connection_made(transport)
+        protocol.data_received(_request("/filter", filter_body(pod_obj("p", gpus=1), ["g1"]))[:20])  # a head begun
+        protocol.last_active = loop.time() - 60
+        protocol._idle_check()
+        assert not transport.closed and protocol.timer is not None  # mid-request: looked at again later
+        protocol.data_received(_request("/filter", filter_body(pod_obj("p", gpus=1), ["g1"]))[20:])
+        assert len(transport.writes) == 1  # answered; idle from now
+        protocol._idle_check()
+        assert not transport.closed  # idle for less than the timeout
+        protocol.last_active = loop.time() - 5
+        protocol._idle_check()
+        assert transport.closed and protocol.timer is None
+        protocol.connection_lost(None)
+
+    asyncio.run(exchange())
+
+
+def test_a_graceful_shutdown_closes_idle_connections_and_answers_the_one_in_progress_first() -> None:
+    service = make_service(NODES)
+    config, protocol_class = _exchange_on(create_app(service))
+    body = filter_body(pod_obj("p", gpus=1), ["g1"])
+
+    async def exchange() -> tuple[RecordingTransport, RecordingTransport, ServerState]:
+        loop = asyncio.get_running_loop()
+        state = ServerState()
+        idle, busy = RecordingTransport(), RecordingTransport()
+        for transport in (idle, busy):
+            protocol_class(config, state, {}, _loop=loop).connection_made(transport)
+        assert len(state.connections) == 2
+        busy_protocol = next(p for p in state.connections if p.transport is busy)
+        busy_protocol.data_received(_request("/filter", body)[:-5])  # the body not yet whole
+        for protocol in list(state.connections):
+            protocol.shutdown()
+        assert idle.closed and not busy.closed
+        busy_protocol.data_received(_request("/filter", body)[-5:])
+        for protocol in list(state.connections):
+            protocol.connection_lost(None)
+        return idle, busy, state
+
+    idle, busy, state = asyncio.run(exchange())
+    assert idle.writes == []
+    ((_, headers, answer),) = [_split(raw) for raw in busy.writes]
+    assert headers["connection"] == "close" and json.loads(answer)["NodeNames"] == ["g1"] and busy.closed
+    assert not state.connections
+
+
+def _split(raw: bytes) -> tuple[bytes, dict[str, str], bytes]:
+    head, _, body = raw.partition(b"\r\n\r\n")
+    status, *lines = head.split(b"\r\n")
+    return status, {k.decode().lower(): v.decode() for k, v in (line.split(b": ", 1) for line in lines)}, body
+
+
+def test_a_body_over_the_limit_in_pieces_is_counted_not_kept() -> None:
+    service = make_service(NODES, config={"server": {"maxRequestBytes": 1024}})
+    config, protocol_class = _exchange_on(create_app(service))
+    big = filter_body(pod_obj("p", gpus=1), [f"n{i:05d}" for i in range(500)])
+    request = _request("/filter", big)
+
+    async def exchange() -> tuple[list[bytes], int]:
+        transport = RecordingTransport()
+        protocol = protocol_class(config, ServerState(), {}, _loop=asyncio.get_running_loop())
+        protocol.connection_made(transport)
+        kept = 0
+        for start in range(0, len(request), 1000):
+            protocol.data_received(request[start : start + 1000])
+            if protocol.request is not None:
+                kept = max(kept, sum(map(len, protocol.request.chunks)))
+        protocol.connection_lost(None)
+        return transport.writes, kept
+
+    writes, kept = asyncio.run(exchange())
+    assert kept == 0
+    ((_, _, answer),) = [_split(raw) for raw in writes]
+    assert json.loads(answer)["Error"] == f"request body of {len(big)} bytes exceeds the limit of 1024 bytes"
