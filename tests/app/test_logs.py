@@ -29,6 +29,8 @@ def configured() -> Iterator[Callable[[str], io.StringIO]]:
     saved_root = root.handlers[:], root.level
     touched = [logging.getLogger(name) for name in (*PER_REQUEST_LOGGERS, *TRACE_LOGGERS)]
     saved = [(logger.level, logger.filters[:]) for logger in touched]
+    flags = ("_srcfile", "logThreads", "logProcesses", "logMultiprocessing")
+    saved_flags = {flag: getattr(logging, flag) for flag in flags}
 
     def configure(level: str) -> io.StringIO:
         stream = io.StringIO()
@@ -41,6 +43,8 @@ def configured() -> Iterator[Callable[[str], io.StringIO]]:
     for logger, (level, filters) in zip(touched, saved, strict=True):
         logger.setLevel(level)
         logger.filters[:] = filters
+    for flag, value in saved_flags.items():
+        setattr(logging, flag, value)
 
 
 def exercise(fake: FakeAPIServer) -> None:
@@ -101,6 +105,22 @@ def test_debug_adds_the_per_request_lines(fake: FakeAPIServer, configured: Calla
     assert not [line for line in logged if line["logger"].startswith("httpcore")]  # the transport trace stays off
     bound = [line for line in logged if line["msg"] == "bound default/train to node g1"]
     assert [line["level"] for line in bound] == ["info"]
+
+
+def test_a_record_skips_the_caller_thread_and_process_lookups(configured: Callable[[str], io.StringIO]) -> None:
+    """Neither format shows them, and a bind writes a record: they are not looked up (the JSON line
+    keeps every field it shows)."""
+    stream = configured("info")
+    seen: list[logging.LogRecord] = []
+    handler = logging.getLogger().handlers[0]
+    handler.addFilter(lambda record: seen.append(record) or True)
+    logging.getLogger("kube_gpu_extender.test").info("bound %s", "p", extra={"decision": {"verb": "bind"}})
+    (record,) = seen
+    assert record.lineno == 0 and record.funcName == "(unknown function)"  # no caller looked up
+    assert record.threadName is None and record.processName is None
+    line = json.loads(stream.getvalue())
+    assert line["msg"] == "bound p" and line["level"] == "info" and line["decision"] == {"verb": "bind"}
+    assert line["logger"] == "kube_gpu_extender.test" and line["ts"].endswith("Z")
 
 
 def test_uvicorn_access_log_is_off() -> None:
