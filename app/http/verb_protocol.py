@@ -20,7 +20,8 @@ after its answer); an idle connection closed after ``timeout_keep_alive`` (check
 connection, re-armed when it fires, not one per request); a graceful shutdown answers the request in
 progress, then closes, and waits for a bind's task (``server_state.tasks``); a task cut at the end of
 the grace period answers a bare 500. A request that arrives while the one before it is unanswered
-(pipelining, which Go's client never does) waits in a buffer, and reading pauses while it is large.
+(pipelining, which Go's client never does) waits in a buffer, and reading pauses while it is large,
+or while the client does not read its answers (the transport's write buffer is full).
 A body over ``server.maxRequestBytes`` is counted, not kept, and answered with the verb's error.
 """
 
@@ -141,7 +142,8 @@ class VerbProtocol(asyncio.Protocol):
         self.last_active = 0.0
         self.timer: asyncio.TimerHandle | None = None
         self.closing = False  # a graceful shutdown: answer what is in progress, then close
-        self.paused = False
+        self.paused = False  # reading paused: pipelined bytes held past BUFFERED_LIMIT
+        self.writing_paused = False  # reading paused: the client does not read its answers
         self.handed_to: asyncio.Protocol | None = None
 
     # asyncio.Protocol
@@ -180,6 +182,17 @@ class VerbProtocol(asyncio.Protocol):
             self.buffer = b""
         self._read(data)
 
+    def pause_writing(self) -> None:
+        """The client does not read its answers: read no more requests until it does."""
+        self.writing_paused = True
+        if self.transport is not None and not self.paused:
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self.writing_paused = False
+        if self.transport is not None and not self.paused:
+            self.transport.resume_reading()
+
     def shutdown(self) -> None:
         """uvicorn's graceful shutdown: close now when idle, else after the answer in progress."""
         self.closing = True
@@ -192,7 +205,8 @@ class VerbProtocol(asyncio.Protocol):
         self.buffer += data
         if len(self.buffer) > BUFFERED_LIMIT and not self.paused and self.transport is not None:
             self.paused = True
-            self.transport.pause_reading()
+            if not self.writing_paused:
+                self.transport.pause_reading()
 
     def _body_received(self, request: _Request, data: bytes) -> bytes:
         """Take what of ``data`` belongs to the body; run the verb once it is whole. The rest is returned."""
@@ -244,9 +258,9 @@ class VerbProtocol(asyncio.Protocol):
         self.handed_to = protocol
         self.connection_lost(None)  # ours ends here: out of the server's connections, timer cancelled
         transport.set_protocol(protocol)
-        if self.paused:
+        if self.paused or self.writing_paused:
             self.paused = False
-            transport.resume_reading()
+            transport.resume_reading()  # uvicorn's flow control takes over
         protocol.connection_made(transport)
         protocol.data_received(data)
 
@@ -289,7 +303,8 @@ class VerbProtocol(asyncio.Protocol):
             data, self.buffer = self.buffer, b""  # what arrived while the answer was pending
             if self.paused and self.transport is not None:
                 self.paused = False
-                self.transport.resume_reading()
+                if not self.writing_paused:
+                    self.transport.resume_reading()
             self._read(data)
 
     def _respond(self, request: _Request, result: Any, read: float) -> None:

@@ -460,3 +460,37 @@ def test_a_body_over_the_limit_in_pieces_is_counted_not_kept() -> None:
     assert kept == 0
     ((_, _, answer),) = [_split(raw) for raw in writes]
     assert json.loads(answer)["Error"] == f"request body of {len(big)} bytes exceeds the limit of 1024 bytes"
+
+
+def test_reading_pauses_while_the_client_does_not_read_its_answers() -> None:
+    """The transport's write buffer full (pause_writing): no more requests read until it drains; held
+    pipelined bytes keep reading paused past that."""
+    service = make_service(NODES)
+    config, protocol_class = _exchange_on(create_app(service))
+
+    class Flow(RecordingTransport):
+        def __init__(self) -> None:
+            super().__init__()
+            self.reading = True
+
+        def pause_reading(self) -> None:
+            self.reading = False
+
+        def resume_reading(self) -> None:
+            self.reading = True
+
+    async def exchange() -> None:
+        transport = Flow()
+        protocol = protocol_class(config, ServerState(), {}, _loop=asyncio.get_running_loop())
+        protocol.connection_made(transport)
+        protocol.pause_writing()
+        assert not transport.reading
+        protocol.resume_writing()
+        assert transport.reading
+        protocol.paused, transport.reading = True, False  # as when pipelined bytes past the limit are held
+        protocol.pause_writing()
+        protocol.resume_writing()
+        assert not transport.reading  # still paused: the held bytes' pause is lifted once they are read
+        protocol.connection_lost(None)
+
+    asyncio.run(exchange())
