@@ -144,7 +144,6 @@ class VerbProtocol(asyncio.Protocol):
         self.closing = False  # a graceful shutdown: answer what is in progress, then close
         self.paused = False  # reading paused: pipelined bytes held past BUFFERED_LIMIT
         self.writing_paused = False  # reading paused: the client does not read its answers
-        self.handed_to: asyncio.Protocol | None = None
 
     # asyncio.Protocol
 
@@ -255,7 +254,6 @@ class VerbProtocol(asyncio.Protocol):
         protocol = self.handover(  # type: ignore[call-arg]
             config=self.config, server_state=self.server_state, app_state=self.app_state, _loop=self.loop
         )
-        self.handed_to = protocol
         self.connection_lost(None)  # ours ends here: out of the server's connections, timer cancelled
         transport.set_protocol(protocol)
         if self.paused or self.writing_paused:

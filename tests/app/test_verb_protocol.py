@@ -141,7 +141,15 @@ def test_a_failing_verb_answers_its_error_and_a_percent_encoded_path_goes_throug
     del server
 
 
-def test_one_write_per_answer_and_a_lost_connection_mid_bind_writes_nothing() -> None:
+def _exchange_on(app: Any, timeout_keep_alive: float = 5) -> tuple[Any, type[Any]]:
+    """uvicorn's config for ``app`` and the verb protocol class, as the server builds them."""
+    config = uvicorn.Config(app, log_config=None, timeout_keep_alive=timeout_keep_alive)  # type: ignore[arg-type]
+    config.load()
+    return config, verb_protocol(app)
+
+
+def _gated_bind() -> tuple[ExtenderService, dict[str, Any], asyncio.Event]:
+    """A service knowing pod "p", whose Binding waits for the event returned."""
     service = make_service(NODES)
     pod = pod_obj("p", gpus=1)
     service.cache.upsert_pod(service.pod_info(json.dumps(pod).encode()))
@@ -154,10 +162,12 @@ def test_one_write_per_answer_and_a_lost_connection_mid_bind_writes_nothing() ->
             await binder.bind(*args)
 
     service.binder = Gated()  # type: ignore[assignment]
-    app = create_app(service)
-    config = uvicorn.Config(app, log_config=None)
-    config.load()
-    protocol_class = verb_protocol(app)
+    return service, pod, release
+
+
+def test_one_write_per_answer_and_a_lost_connection_mid_bind_writes_nothing() -> None:
+    service, pod, release = _gated_bind()
+    config, protocol_class = _exchange_on(create_app(service))
 
     async def exchange() -> tuple[list[bytes], list[bytes]]:
         loop = asyncio.get_running_loop()
@@ -335,26 +345,9 @@ def test_a_head_past_64_kib_goes_to_uvicorn_which_answers_it(served: Any) -> Non
         assert "server" not in headers  # a new connection: answered here
 
 
-def _exchange_on(app: Any, timeout_keep_alive: float = 5) -> tuple[Any, type[Any]]:
-    config = uvicorn.Config(app, log_config=None, timeout_keep_alive=timeout_keep_alive)  # type: ignore[arg-type]
-    config.load()
-    return config, verb_protocol(app)
-
-
 def test_a_request_behind_a_pending_bind_is_answered_after_it() -> None:
     """Pipelined behind a bind waiting for the API server: held, then answered in order."""
-    service = make_service(NODES)
-    pod = pod_obj("p", gpus=1)
-    service.cache.upsert_pod(service.pod_info(json.dumps(pod).encode()))
-    release = asyncio.Event()
-    binder = service.binder
-
-    class Gated:
-        async def bind(self, *args: str) -> None:
-            await release.wait()
-            await binder.bind(*args)
-
-    service.binder = Gated()  # type: ignore[assignment]
+    service, pod, release = _gated_bind()
     config, protocol_class = _exchange_on(create_app(service))
 
     async def exchange() -> list[bytes]:
