@@ -205,8 +205,7 @@ def test_a_long_answer_goes_out_as_its_head_then_its_body_and_a_short_one_in_one
     written after its head as it is, not copied behind it; what arrives is the same answer."""
     service = make_service(NODES)
     app = create_app(service)
-    config = uvicorn.Config(app, log_config=None)
-    config.load()
+    config, protocol_class = _exchange_on(app)
     body = filter_body(pod_obj("p", gpus=1), ["g1", "g2"])
     answer = service.prioritize(body)
     assert isinstance(answer, msgspec.Raw)  # prebuilt from the node table's host prefixes
@@ -215,7 +214,7 @@ def test_a_long_answer_goes_out_as_its_head_then_its_body_and_a_short_one_in_one
     async def exchange(apart_min: int) -> list[bytes]:
         monkeypatch.setattr(verb_protocol_module, "_APART_MIN", apart_min)
         kept = RecordingTransport()
-        protocol = verb_protocol(app)(config, ServerState(), {}, _loop=asyncio.get_running_loop())
+        protocol = protocol_class(config, ServerState(), {}, _loop=asyncio.get_running_loop())
         protocol.connection_made(kept)
         protocol.data_received(_request("/prioritize", body))
         await asyncio.sleep(0)
@@ -238,8 +237,7 @@ def test_a_body_arriving_in_pieces_is_answered_and_the_connection_parses_what_fo
     gets, a request glued to the end of a body is parsed by the next parser, and so is the next one."""
     service = make_service(NODES)
     app = create_app(service)
-    config = uvicorn.Config(app, log_config=None)
-    config.load()
+    config, protocol_class = _exchange_on(app)
     for pod in (pod_obj("a", gpus=1), pod_obj("b", gpus=2)):  # known: filter answers at once
         service.cache.upsert_pod(service.pod_info(json.dumps(pod).encode()))
     one, two = filter_body(pod_obj("a", gpus=1), ["g1", "g2"]), filter_body(pod_obj("b", gpus=2), ["g2"])
@@ -249,7 +247,7 @@ def test_a_body_arriving_in_pieces_is_answered_and_the_connection_parses_what_fo
     async def exchange() -> list[bytes]:
         loop = asyncio.get_running_loop()
         transport = RecordingTransport()
-        protocol = verb_protocol(app)(config, ServerState(), {}, _loop=loop)
+        protocol = protocol_class(config, ServerState(), {}, _loop=loop)
         protocol.connection_made(transport)
         for start in range(0, len(stream), piece):
             protocol.data_received(stream[start : start + piece])
