@@ -115,4 +115,4 @@ def _positions(batch: Batch, positions: Int64Array) -> Batch:
         found = (positions == batch.discount_position).nonzero()[0]
         discount_at = int(found[0]) if found.size else -1
     discount = batch.discount if discount_at >= 0 else None
-    return Batch(names, batch.rows[positions], batch.known[positions], batch.table, discount_at, discount)
+    return batch.part(names, batch.rows[positions], batch.known[positions], discount_at, discount)

@@ -83,7 +83,7 @@ class Batch:
         if self.discount_position >= 0 and keep[self.discount_position]:
             position = int(np.count_nonzero(keep[: self.discount_position]))
         discount = self.discount if position >= 0 else None
-        return Batch(names, self.rows[keep], self.known[keep], self.table, position, discount)
+        return self.part(names, self.rows[keep], self.known[keep], position, discount)
 
     def take(self, positions: npt.NDArray[np.intp]) -> Batch:
         """These candidates at ``positions`` (distinct), in that order, without gathering their rows
@@ -95,7 +95,19 @@ class Batch:
             hits = np.flatnonzero(positions == self.discount_position)
             position = int(hits[0]) if len(hits) else -1
         discount = self.discount if position >= 0 else None
-        return Batch(names, self.rows[positions], self.known[positions], self.table, position, discount)
+        return self.part(names, self.rows[positions], self.known[positions], position, discount)
+
+    def part(
+        self,
+        names: Sequence[str],
+        rows: npt.NDArray[np.intp],
+        known: BoolArray,
+        position: int,
+        discount: PodResources | None,
+    ) -> Batch:
+        """A batch of some of these candidates; every one known when all of these are (not checked again)."""
+        shared: dict[Hashable, Any] = {"all_known": True} if self._shared.get("all_known") is True else {}
+        return Batch(names, rows, known, self.table, position, discount, shared)
 
     @property
     def all_known(self) -> bool:
@@ -407,7 +419,8 @@ class NodeTable:
         rows = self._recalled(names)
         if rows is not None:
             known = np.ones(size, dtype=np.bool_)
-            return self._batch(names, rows, known, discount)
+            return self._batch(names, rows, known, discount, every_known=True)
+        every_known = True
         try:  # the common case: every name known, looked up at C speed
             rows = np.fromiter(map(self.index.__getitem__, names), dtype=np.intp, count=size)
             known = np.ones(size, dtype=np.bool_)
@@ -417,9 +430,10 @@ class NodeTable:
             rows = np.array(found, dtype=np.intp)
             known = rows >= 0
             rows[~known] = 0
+            every_known = False  # a name the table does not hold
         if size and np.bincount(rows[known], minlength=1).max(initial=0) > 1:
             return None
-        return self._batch(names, rows, known, discount)
+        return self._batch(names, rows, known, discount, every_known)
 
     def _batch(
         self,
@@ -427,14 +441,17 @@ class NodeTable:
         rows: npt.NDArray[np.intp],
         known: BoolArray,
         discount: tuple[str, PodResources] | None,
+        every_known: bool = False,
     ) -> Batch:
+        """``every_known``: the caller knows ``known`` is all True (the batch need not check it)."""
         position = -1
         if discount is not None and discount[0] in self.index:
             matches = (known & (rows == self.index[discount[0]])).nonzero()[0]
             position = int(matches[0]) if matches.size else -1
+        shared: dict[Hashable, Any] = {"all_known": True} if every_known else {}
         if position < 0:
-            return Batch(names, rows, known, self)
-        return Batch(names, rows, known, self, position, discount[1] if discount else None)
+            return Batch(names, rows, known, self, _shared=shared)
+        return Batch(names, rows, known, self, position, discount[1] if discount else None, shared)
 
     @property
     def writes(self) -> int:

@@ -237,3 +237,21 @@ def test_host_prefixes_are_kept_for_the_same_name_list_until_the_table_changes()
     renamed = table.batch(["b", "c"])
     assert renamed is not None and renamed.rows.tolist() == batch.rows.tolist()
     assert table.host_prefixes(names, renamed.rows) == [b'{"Host":"b","Score":', b'{"Host":"c","Score":']
+
+
+@given(st.booleans(), st.lists(st.booleans(), min_size=4, max_size=4), st.lists(st.integers(0, 3), unique=True))
+def test_parts_of_a_batch_say_whether_every_name_is_known(with_gone: bool, keep: list[bool], at: list[int]) -> None:
+    """A batch's parts (``subset``, ``take``, the row memo's ``part``) answer ``all_known`` as their own
+    names are: inherited from a batch of known names, worked out where the batch has an unknown one."""
+    table, _, names, _ = _three_gpu_nodes("g0")
+    names = names if with_gone else ["g0", "g1", "g2", "g1-copy"]
+    table.upsert(NodeInfo("g1-copy", {"nvidia.com/gpu": 8}, allocatable_types=frozenset({"nvidia.com/gpu"})))
+    whole = table.batch(names)
+    assert whole is not None and whole.all_known is not with_gone
+    positions = np.array(at, dtype=np.intp)
+    for part in (
+        whole.subset(np.array(keep, dtype=np.bool_)),
+        whole.take(positions),
+        whole.part([names[p] for p in at], whole.rows[positions], whole.known[positions], -1, None),
+    ):
+        assert part.all_known == bool(part.known.all())
