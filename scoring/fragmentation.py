@@ -79,6 +79,8 @@ __all__ = [
     "fragmentation",
 ]
 
+_STATES_KEPT = 65_536  # FragmentationMeasure.of's results per workload (all dropped when full)
+
 NAME = "GpuFragmentation"
 _TASK_FIELDS = ("cpu", "gpuMilli", "gpus", "popularity")
 
@@ -162,6 +164,20 @@ class FragmentationMeasure:
         enough = (amounts >= self._levels[None, :]).astype(np.int64)
         self._per_amount = np.concatenate((short, enough, np.maximum(amounts, 0)), axis=1)
         self._count_column = len(self._levels) + self._level_of
+        self._type_cpus = sorted({t.cpu for t in workload})
+        self._kept: dict[tuple[tuple[int, ...], int], int] = {}
+
+    def of(self, free: Sequence[int], cpu_left: int) -> int:
+        """``fragmentation`` of one node, kept per state: it reads the devices' free amounts as a
+        multiset and ``cpu_left`` only against the types' cpu, so nodes in one state (their amounts
+        in any order, as many type cpus reached) share one result."""
+        key = (tuple(sorted(free)), bisect.bisect_right(self._type_cpus, cpu_left))
+        value = self._kept.get(key)
+        if value is None:
+            if len(self._kept) >= _STATES_KEPT:
+                self._kept.clear()
+            value = self._kept[key] = fragmentation(free, cpu_left, self.workload)
+        return value
 
     def batch(self, free: Int64Array, cpu_left: Int64Array) -> Int64Array:
         """``fragmentation`` per row, by table lookup: ``self._per_amount[a + 1]`` holds what one device
@@ -206,9 +222,11 @@ class LeastFragmentation(Placer):
         if not self._share(demand):
             return FIRST_FIT.chosen(free, cpu_left, demand)
         best: tuple[int, int] | None = None
+        tried: set[int] = set()  # a device with the same amount left as one before leaves the same node
         for index, amount in enumerate(free):
-            if amount >= demand.milli:
-                left = fragmentation(taken(free, (index,), demand.milli), cpu_left - demand.cpu, self.measure.workload)
+            if amount >= demand.milli and amount not in tried:
+                tried.add(amount)
+                left = self.measure.of(taken(free, (index,), demand.milli), cpu_left - demand.cpu)
                 if best is None or left < best[0]:
                     best = (left, index)
         return None if best is None else (best[1],)

@@ -39,12 +39,13 @@ import numpy.typing as npt
 from scoring.devices import pod_devices
 from scoring.framework import MILLI_DEVICES, ArgsError, NodeInfo, PodInfo, reject_unknown_fields
 from scoring.intree import most_requested_score, most_requested_score_batch
-from scoring.table import Batch, Int64Array
+from scoring.table import Batch, Int64Array, NodeTable
 
 IntpArray = npt.NDArray[np.intp]
 
 __all__ = [
     "NATIVE_RESOURCES",
+    "NameRanks",
     "TieBreak",
     "TiePick",
     "asks_for_any",
@@ -170,6 +171,35 @@ def lowest_name_batch(best: npt.NDArray[np.bool_], names: Sequence[str]) -> npt.
         first = min(map(names.__getitem__, at))
         won[[index for index in at if names[index] == first]] = True
     return won
+
+
+class NameRanks:
+    """Per table row, its node's place among the table's names in sorted order, so ``lowest_name``
+    over known nodes is an argmin over their rows instead of comparing their names (hundreds of
+    equal best nodes, with the FGD artifact's sigmoid); worked out again only after the table's
+    names changed (``NodeTable.version``)."""
+
+    def __init__(self) -> None:
+        self._kept: tuple[int, int, Int64Array] | None = None  # (id of the table, its version, ranks)
+
+    def of(self, table: NodeTable) -> Int64Array:
+        kept = self._kept
+        if kept is not None and kept[0] == id(table) and kept[1] == table.version and len(kept[2]) >= len(table.stamps):
+            return kept[2]
+        ranks = np.full(len(table.stamps), len(table.index), dtype=np.int64)  # free rows: past every name
+        for rank, name in enumerate(sorted(table.index)):
+            ranks[table.index[name]] = rank
+        ranks.flags.writeable = False
+        self._kept = (id(table), table.version, ranks)
+        return ranks
+
+    def lowest_name_batch(self, best: npt.NDArray[np.bool_], batch: Batch) -> npt.NDArray[np.bool_]:
+        """``lowest_name_batch`` for a batch whose names are all known to its table (none repeated)."""
+        at = best.nonzero()[0]
+        won = np.zeros(len(best), dtype=np.bool_)
+        if len(at):
+            won[at[self.of(batch.table)[batch.rows[at]].argmin()]] = True
+        return won
 
 
 def chosen_batch(

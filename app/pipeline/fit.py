@@ -28,6 +28,7 @@ from scoring.priority_scale import PriorityScale
 from scoring.profile import Profile
 from scoring.table import Batch, BoolArray
 from scoring.tie_break import (
+    NameRanks,
     TieBreak,
     TiePick,
     asks_for_any,
@@ -58,6 +59,7 @@ class ResourceFit(Participant):
         self.scale = scale  # priorityScale: the profile's 0..100 node scores to /prioritize's 0..10
         self.tie_break = tie_break  # which of the best nodes keep the best priority (None: all)
         self.random_ties = RandomTies(cache, tie_pick)  # tieBreak.random's pick and its picks in flight
+        self.name_ranks = NameRanks()  # tieBreak.lowestName over known nodes
         self.claim_devices = ClaimDevices(cache.dra)  # what a pod's claims ask of extended resources
 
     # ------------------------------------------------------------------ filter
@@ -115,7 +117,10 @@ class ResourceFit(Participant):
             return best
         won = self._most_allocated(pod, candidates, batch, best)
         if self.tie_break.lowest_name and np.count_nonzero(won) > 1:
-            won = lowest_name_batch(won, candidates.names)
+            if batch is not None and batch.all_known:
+                won = self.name_ranks.lowest_name_batch(won, batch)
+            else:
+                won = lowest_name_batch(won, candidates.names)
         elif self.tie_break.random and np.count_nonzero(won) > 1:
             rows = batch.rows if batch is not None and batch.all_known else None
             won = self.random_ties.keep_one(pod, candidates.names, won, rows)

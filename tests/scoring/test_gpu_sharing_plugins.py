@@ -14,6 +14,7 @@ from scoring.best_fit import BestFit, BestFitArgs
 from scoring.devices import FIRST_FIT, DeviceChoice, Placer, PodDevices, first_fit
 from scoring.dot_product import DotProduct, DotProductArgs
 from scoring.fragmentation import (
+    FragmentationMeasure,
     GpuFragmentation,
     GpuFragmentationArgs,
     LeastFragmentation,
@@ -128,6 +129,19 @@ def test_least_fragmentation_puts_a_share_where_it_fragments_least() -> None:
     # whole devices: first fit (free whole devices are alike)
     assert least.chosen((500, 1000, 1000), 64000, PodDevices(2, 1000, 0)) == (1, 2)
     assert least.chosen((500,), 64000, PodDevices(0, 0, 0)) == ()
+
+
+SHARED_MEASURE = FragmentationMeasure(types(WORKLOAD))  # kept across examples: later ones read earlier states
+
+
+@given(st.lists(st.sampled_from([-1, 0, 250, 500, 750, 1000]), max_size=8), st.integers(-1000, 12000))
+def test_a_measure_keeps_each_state_s_fragmentation(free: list[int], cpu: int) -> None:
+    """``FragmentationMeasure.of`` is ``fragmentation`` whatever the devices' order and wherever the
+    cpu left falls between the types' cpu (the states it keeps one result for)."""
+    edges = [t.cpu + step for t in SHARED_MEASURE.workload for step in (-1, 0)]  # each side of each type's cpu
+    for left in (cpu, *edges):
+        for amounts in (free, free[::-1]):
+            assert SHARED_MEASURE.of(amounts, left) == fragmentation(amounts, left, SHARED_MEASURE.workload)
 
 
 def test_fgd_scores_the_node_after_its_device_choice() -> None:

@@ -16,7 +16,9 @@ from scoring.best_scored import best_scored
 from scoring.framework import ArgsError, NodeInfo, PodInfo
 from scoring.priority_scale import break_ties, break_ties_by_name, candidates
 from scoring.resources import PodResources
+from scoring.table import NodeTable
 from scoring.tie_break import (
+    NameRanks,
     TieBreak,
     chosen_batch,
     drawn_batch,
@@ -101,6 +103,34 @@ def test_lowest_name_batch_is_the_definition(entries: list[tuple[bool, str]]) ->
     names included)."""
     best, names = [b for b, _ in entries], [n for _, n in entries]
     assert lowest_name_batch(np.array(best, dtype=np.bool_), names).tolist() == lowest_name(best, names)
+
+
+NAMES = ["a", "b", "n1", "n10", "n2", "z", "gpu-0", "gpu-00"]
+
+
+@given(
+    st.lists(st.sampled_from(NAMES), min_size=1, unique=True),
+    st.lists(st.sampled_from(NAMES), unique=True),
+    st.lists(st.tuples(st.sampled_from(NAMES), st.booleans()), unique_by=lambda entry: entry[0]),
+)
+def test_name_ranks_keep_what_lowest_name_keeps(
+    first: list[str], removed: list[str], asked: list[tuple[str, bool]]
+) -> None:
+    """Among known nodes the rank of each row's name picks the node ``lowest_name`` picks, also after
+    nodes left the table and others took their rows (the ranks are worked out again)."""
+    table, ranks = NodeTable(capacity=2), NameRanks()
+    for name in first:
+        table.upsert(NodeInfo(name, {"cpu": 1000}))
+    ranks.of(table)  # kept: later reads must see the table's new names
+    for name in removed:
+        table.remove(name)
+    for name, _ in asked:
+        table.upsert(NodeInfo(name, {"cpu": 1000}))
+    names, best = [name for name, _ in asked], [is_best for _, is_best in asked]
+    batch = table.batch(names)
+    assert batch is not None and batch.all_known
+    kept = ranks.lowest_name_batch(np.array(best, dtype=np.bool_), batch)
+    assert kept.tolist() == lowest_name(best, names)
 
 
 @settings(max_examples=200, deadline=None)
