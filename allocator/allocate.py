@@ -74,9 +74,10 @@ __all__ = [
 ]
 
 
-# One device taken in this attempt: (alternative, candidate, shareID, consumed, counters), the last
-# three set for a share (shareID, what it consumes) and for a device that took its pool's counters.
-_Pick = tuple[Alternative, Candidate, str | None, Consumption | None, PoolCounters | None]
+# One device taken in this attempt: (alternative, candidate, shared, consumed, counters): whether it
+# is a share (its shareID is made for the result: a search tries many) and what it consumes, and the
+# counters of a device that took its pool's.
+_Pick = tuple[Alternative, Candidate, bool, Consumption | None, PoolCounters | None]
 
 
 @dataclass(slots=True, eq=False)
@@ -397,22 +398,22 @@ class _Search:
                 return _CONSTRAINT
             applied.append(constraint)
         if device.allow_multiple_allocations:
-            state.picked.append((alt, candidate, self.allocator.share_ids(), consumed, counters))
+            state.picked.append((alt, candidate, True, consumed, counters))  # its shareID: made in ``result``
             self.shares[device_id] = self.shares.get(device_id, 0) + 1
             if consumed:
                 sums = self.allocating.setdefault(device_id, {})
                 for name, amount in consumed.items():
                     sums[name] = sums.get(name, 0) + amount.value
         else:
-            state.picked.append((alt, candidate, None, None, counters))
+            state.picked.append((alt, candidate, False, None, counters))
             self.picked.setdefault(device_id, []).append((c, alt.admin_access))
         return _OK
 
     def _pop(self, c: int) -> None:
         state = self.states[c]
-        alt, candidate, share_id, consumed, counters = state.picked.pop()
+        alt, candidate, shared, consumed, counters = state.picked.pop()
         device_id = candidate.id
-        if share_id is not None:
+        if shared:
             self.shares[device_id] -= 1
             if consumed:
                 sums = self.allocating[device_id]
@@ -444,10 +445,10 @@ class _Search:
                 tolerations=alt.tolerations,
                 binding_conditions=candidate.device.binding_conditions,
                 binding_failure_conditions=candidate.device.binding_failure_conditions,
-                share_id=share_id,
+                share_id=self.allocator.share_ids() if shared else None,
                 consumed_capacity={name: q.text for name, q in consumed.items()} if consumed else None,
             )
-            for alt, candidate, share_id, consumed, _ in state.picked
+            for alt, candidate, shared, consumed, _ in state.picked
         )
         return AllocationResult(devices=devices, config=self._config(state), node_selector=self._node_selector(state))
 

@@ -57,6 +57,24 @@ def test_two_claims_share_one_device_and_each_records_its_share() -> None:
     assert shares_of(outcome, 1) == [("g0", "share-2", {"memory": "30Gi"})]
 
 
+def test_a_share_the_search_gives_back_takes_no_share_id() -> None:
+    # Each share of the result gets a shareID of its own (random UUIDs, as upstream, in a cluster);
+    # one the search tried and gave back (request "b" could not match g0's model) takes none.
+    def shared(name: str, model: str) -> dict[str, Any]:
+        return {**shared_gpu(name, memory="40Gi"), "attributes": {"uuid": {"string": name}, "model": {"string": model}}}
+
+    outcome = allocate(
+        [slice_obj("s", [shared("g0", "x"), shared("g1", "y"), gpu("p1", uuid="p1", model="y")])],
+        claim(
+            "c",
+            exactly("a", capacity={"memory": "10Gi"}),
+            exactly("b", f'device.attributes["{DRIVER}"].uuid == "p1"'),
+            constraints=[{"requests": ["a", "b"], "matchAttribute": f"{DRIVER}/model"}],
+        ),
+    )
+    assert shares_of(outcome) == [("g1", "share-1", {"memory": "10Gi"}), ("p1", None, {})]
+
+
 def test_the_shares_never_consume_more_than_the_capacity() -> None:
     # CmpRequestOverCapacity: consumed + allocating (this search) must stay <= the capacity value.
     slices = [slice_obj("s", [shared_gpu("g0", memory="40Gi"), shared_gpu("g1", memory="40Gi")])]
