@@ -8,7 +8,12 @@ Runs in process, one policy after the other, with the same code as ``kube-gpu-ex
 deploy/kube-scheduler-config.yaml, and ``--scheduler-profile NAME``); ``--profile`` adds a cProfile
 of one policy (sorted by own time) to find what to speed up.
 
+``--policy`` (repeatable) times only those policies; ``--repeat N`` runs them N rounds, in turn, and
+judges each policy by the median of its runs (this machine's speed moves a single run by 10 % or
+more: a change is best compared on medians of alternated runs).
+
     python -m bench.simulate --nodes openb_node_list_gpu_node.csv --pods openb_pod_list_default.csv
+    python -m bench.simulate ... --mode inflate --policy shipped --policy fgd --repeat 3
     python -m bench.simulate ... --mode inflate --sharing dra --experiment 10 --workers 2
 """
 
@@ -17,6 +22,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import pstats
+import statistics
 import sys
 import time
 
@@ -43,7 +49,7 @@ EXPERIMENT_POLICIES = (
 )
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", required=True)
     parser.add_argument("--pods", required=True)
@@ -56,7 +62,15 @@ def main() -> int:
         "--experiment", type=int, metavar="SEEDS", help="also time the ten policies of the Figure 9a run x SEEDS seeds"
     )
     parser.add_argument("--workers", type=int, default=2)
-    args = parser.parse_args()
+    parser.add_argument(
+        "--policy", action="append", choices=POLICIES, help="time only this policy (repeatable; default: every one)"
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="rounds over the policies; each is judged by its median (default 1)"
+    )
+    args = parser.parse_args(argv)
+    if args.repeat < 1:
+        parser.error(f"--repeat must be at least 1, got {args.repeat}")
     nodes, pods, config = load_nodes_csv(args.nodes), load_pods(args.pods), load_config(None)
     scheduler = load_scheduler_config_argument(args.scheduler_config, args.scheduler_profile)
     target = TARGET_SECONDS[args.mode]
@@ -64,12 +78,22 @@ def main() -> int:
         f"{len(nodes)} nodes, {len(pods)} pods, mode {args.mode}, sharing {args.sharing}, target {target:.0f} s per run"
     )
     print(f"scheduler config: {scheduler.describe() if scheduler is not None else 'none'}")
+    chosen = list(dict.fromkeys(args.policy or POLICIES))
+    runs: dict[str, list[float]] = {policy: [] for policy in chosen}
+    submitted: dict[str, int] = {}
+    for _ in range(args.repeat):  # in turn, so a slow minute of the machine touches every policy alike
+        for policy in chosen:
+            result = simulate(policy, config, nodes, pods, mode=args.mode, scheduler=scheduler, sharing=args.sharing)
+            runs[policy].append(result.wall_seconds)
+            submitted[policy] = result.pods
     worst = 0.0
-    for policy in POLICIES:
-        result = simulate(policy, config, nodes, pods, mode=args.mode, scheduler=scheduler, sharing=args.sharing)
-        per_pod = 1000 * result.wall_seconds / max(result.pods, 1)
-        print(f"{policy:16} {result.wall_seconds:6.2f} s  ({per_pod:.2f} ms per pod)")
-        worst = max(worst, result.wall_seconds)
+    for policy in chosen:
+        median = statistics.median(runs[policy])
+        per_pod = 1000 * median / max(submitted[policy], 1)
+        low, high = min(runs[policy]), max(runs[policy])
+        spread = f" [{low:.2f}-{high:.2f}], median of {args.repeat}" if args.repeat > 1 else ""
+        print(f"{policy:16} {median:6.2f} s{spread}  ({per_pod:.2f} ms per pod)")
+        worst = max(worst, median)
     if args.profile:
         profiler = cProfile.Profile()
         profiler.runcall(
