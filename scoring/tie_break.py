@@ -180,17 +180,17 @@ class NameRanks:
     names changed (``NodeTable.version``)."""
 
     def __init__(self) -> None:
-        self._kept: tuple[int, int, Int64Array] | None = None  # (id of the table, its version, ranks)
+        self._kept: tuple[NodeTable, int, Int64Array] | None = None  # (the table, its version, ranks)
 
     def of(self, table: NodeTable) -> Int64Array:
         kept = self._kept
-        if kept is not None and kept[0] == id(table) and kept[1] == table.version and len(kept[2]) >= len(table.stamps):
+        if kept is not None and kept[0] is table and kept[1] == table.version:  # a new row: a new version
             return kept[2]
         ranks = np.full(len(table.stamps), len(table.index), dtype=np.int64)  # free rows: past every name
         for rank, name in enumerate(sorted(table.index)):
             ranks[table.index[name]] = rank
         ranks.flags.writeable = False
-        self._kept = (id(table), table.version, ranks)
+        self._kept = (table, table.version, ranks)
         return ranks
 
     def lowest_name_batch(self, best: npt.NDArray[np.bool_], batch: Batch) -> npt.NDArray[np.bool_]:
