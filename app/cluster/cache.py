@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from app.cluster.cache_events import CacheEvent, Counted, NodeChanged, PodChanged, PodCounted, Subscriber
@@ -268,7 +268,7 @@ class ClusterCache:
             # A gang member bound where its plan held room for it: it already counts there (the plan
             # checked the fit and the hold kept others off), so it turns into an assumption in place.
             now = self.clock()
-            self.ledger[pod.uid] = Assumption(replace(pod, node_name=node), node, now, now + self.assume_ttl)
+            self.ledger[pod.uid] = Assumption(pod.on_node(node), node, now, now + self.assume_ttl)
             self._recount(pod.uid)
             return None
         previous = self.ledger.pop(pod.uid, None)
@@ -283,14 +283,14 @@ class ClusterCache:
                     self._recount(pod.uid)
                 return status
         now = self.clock()
-        self.ledger[pod.uid] = Assumption(replace(pod, node_name=node), node, now, now + self.assume_ttl)
+        self.ledger[pod.uid] = Assumption(pod.on_node(node), node, now, now + self.assume_ttl)
         self._recount(pod.uid)
         return None
 
     def hold(self, pod: PodInfo, node: str, until: float, group: str) -> None:
         """Count a gang member on the node its group's plan gave it, until ``until`` (this cache's
         clock) or its /bind, without checking: the planner decided the fit."""
-        self.ledger[pod.uid] = Assumption(replace(pod, node_name=node), node, self.clock(), until, held_for=group)
+        self.ledger[pod.uid] = Assumption(pod.on_node(node), node, self.clock(), until, held_for=group)
         self._recount(pod.uid)
 
     def forget(self, uid: str) -> None:

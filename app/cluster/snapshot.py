@@ -167,7 +167,7 @@ class SnapshotBinder:
         pod = self.cache.pods.get(uid) or (assumption.pod if assumption else None)
         if pod is None:
             raise BindError(f"pod {namespace}/{name} not found", kind="not-found")
-        self.cache.upsert_pod(pod if pod.node_name == node else replace(pod, node_name=node))  # assumed: on it
+        self.cache.upsert_pod(pod if pod.node_name == node else pod.on_node(node))  # assumed: on it
         self.bindings.append((f"{namespace}/{name}", uid, node))
 
 

@@ -13,8 +13,6 @@ share is used (devices of one class are normally alike). ``All`` requests are le
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from allocator import AllocationError
 from allocator.capacity import consumption
 from allocator.requests import Alternative, claim_requests
@@ -50,7 +48,7 @@ class ClaimDevices:
                     continue
                 count, milli = demand.get(resource, (0, 0))
                 demand[resource] = (count + alt.count, max(milli, self._milli(alt)))
-        return replace(pod, claim_devices=demand) if demand else pod
+        return pod.with_claim_devices(demand) if demand else pod
 
     def _milli(self, alt: Alternative) -> int:
         """Milli-devices one allocation for ``alt`` takes of a device of its class (the largest)."""
