@@ -12,7 +12,13 @@ With ``--watch-pods`` (the ``extender-null-raw-watch`` phase) it also keeps open
 extender's cache keeps (the same selection, JSON, bookmarks), reads its events and drops them
 undecoded: what any extender that keeps a pod cache costs the API server and the machine, at least.
 
-    python -m bench.null_raw --kubeconfig extender.kubeconfig --port 8888 [--watch-pods]
+With ``--pack`` (the ``extender-null-raw-pack`` phase) /filter passes the candidate with the lowest
+name instead of the first: kube-scheduler leaves out the nodes a pod no longer fits, so pods fill
+nodes one after another, as a packing extender places them (the first candidate spreads them: it
+moves with kube-scheduler's start index). What packed nodes cost kube-scheduler, apart from any
+extender's own work.
+
+    python -m bench.null_raw --kubeconfig extender.kubeconfig --port 8888 [--watch-pods] [--pack]
 """
 
 from __future__ import annotations
@@ -87,9 +93,10 @@ class ApiConnections:
 
 
 class NullProtocol(HttpRequestProtocol):
-    def __init__(self, api: ApiConnections) -> None:
+    def __init__(self, api: ApiConnections, pack: bool = False) -> None:
         super().__init__()
         self.api = api
+        self.pack = pack
         self.body: list[bytes] = []
 
     def on_body(self, chunk: bytes) -> None:
@@ -105,7 +112,8 @@ class NullProtocol(HttpRequestProtocol):
             return
         if url.endswith(b"/filter"):
             names = _args.decode(body).get("NodeNames") or []
-            answer: dict[str, Any] = {"NodeNames": names[:1], "FailedNodes": {}, "FailedAndUnresolvableNodes": {}}
+            passed = [min(names)] if self.pack and names else names[:1]
+            answer: dict[str, Any] = {"NodeNames": passed, "FailedNodes": {}, "FailedAndUnresolvableNodes": {}}
             answer["Error"] = ""
             self._write(_encode(answer))
         elif url.endswith(b"/prioritize"):
@@ -187,7 +195,7 @@ async def watch_pods(api: ApiConnections, received: list[int] | None = None) -> 
         await watch.ended
 
 
-async def serve(kubeconfig: str, port: int, watch: bool = False) -> None:
+async def serve(kubeconfig: str, port: int, watch: bool = False, pack: bool = False) -> None:
     # The project's kubeconfig loader for the server, CA and token; nothing else of its client.
     client = KubeClient.from_kubeconfig(kubeconfig)
     url = urlsplit(client.base_url)
@@ -197,7 +205,7 @@ async def serve(kubeconfig: str, port: int, watch: bool = False) -> None:
     host, api_port = url.hostname or "127.0.0.1", url.port or 443
     api = ApiConnections(host, api_port, context, authorization)
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: NullProtocol(api), "127.0.0.1", port)
+    server = await loop.create_server(lambda: NullProtocol(api, pack), "127.0.0.1", port)
     await asyncio.gather(server.serve_forever(), *([watch_pods(api)] if watch else []))
 
 
@@ -206,8 +214,9 @@ def main() -> None:
     parser.add_argument("--kubeconfig", required=True)
     parser.add_argument("--port", type=int, default=8888)
     parser.add_argument("--watch-pods", action="store_true", help="keep the extender's pod watch open")
+    parser.add_argument("--pack", action="store_true", help="/filter passes the lowest-named candidate")
     args = parser.parse_args()
-    uvloop.run(serve(args.kubeconfig, args.port, args.watch_pods))
+    uvloop.run(serve(args.kubeconfig, args.port, args.watch_pods, args.pack))
 
 
 if __name__ == "__main__":

@@ -18,7 +18,8 @@ CPU-only), then in each round, one after the other on the same cluster:
   ``extender-null-raw`` also behind ``bench.null_raw``, the same null extender without a web framework
   or an HTTP client library (a check that the floor is itself as cheap as the protocol allows), and
   with ``extender-null-raw-watch`` that one keeping the extender's pod watch open (the floor of any
-  extender that keeps a pod cache);
+  extender that keeps a pod cache), with ``extender-null-raw-pack`` that one passing the lowest-named
+  candidate (pods fill nodes one after another, as packing places them);
 * with ``--extra-phase extender-null-filter``, the shipped extender whose /filter answers the first
   candidate without scoring (``bench.extender_null_filter``): its HTTP server, watches, /bind and
   bookkeeping alone, between the null extenders and the shipped extender; with ``extender-unscored``

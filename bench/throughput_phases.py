@@ -30,6 +30,7 @@ EXTRA_PHASES = (
     "extender-null",
     "extender-null-raw",
     "extender-null-raw-watch",
+    "extender-null-raw-pack",
     "extender-null-filter",
     UNSCORED,
 )
@@ -38,6 +39,7 @@ NULL_EXTENDERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "extender-null": ("bench.null_extender", ()),
     "extender-null-raw": ("bench.null_raw", ()),
     "extender-null-raw-watch": ("bench.null_raw", ("--watch-pods",)),
+    "extender-null-raw-pack": ("bench.null_raw", ("--pack",)),
 }
 # Phases that run the extender with one verb replaced (the module's docstring says which).
 EXTENDER_MODULES = {
@@ -83,6 +85,7 @@ EXTRA_PHASE_HELP = (
     "kube-scheduler with the shipped profile behind bench.null_extender (passes the first candidate, binds); "
     "the same behind bench.null_raw, a second null extender without web framework or HTTP client library; "
     "that one also keeping the extender's pod watch open (its events read and dropped); "
+    "that one passing the lowest-named candidate (pods fill nodes one after another, as packing places them); "
     "the shipped extender with a null /filter (bench.extender_null_filter: its machinery without scoring); "
     "the shipped extender whose /filter keeps the first node that passes instead of the best scored "
     "(bench.extender_unscored: the bound for any scoring speed-up)"

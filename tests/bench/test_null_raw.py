@@ -43,6 +43,18 @@ def test_filter_passes_the_first_candidate_and_prioritize_scores_zero(port: int)
         connection.close()
 
 
+def test_packing_filter_passes_the_lowest_named_candidate() -> None:
+    api = cast(ApiConnections, None)
+    with serving(lambda: NullProtocol(api, pack=True)) as port:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        try:
+            answer = _post(connection, "/filter", {"Pod": {}, "Nodes": None, "NodeNames": ["n-2", "n-10", "n-1"]})
+            assert answer["NodeNames"] == ["n-1"] and answer["Error"] == ""
+            assert _post(connection, "/filter", {"Pod": {}, "Nodes": None, "NodeNames": []})["NodeNames"] == []
+        finally:
+            connection.close()
+
+
 def test_the_pod_watch_lists_then_watches_as_the_extender_does_and_opens_again_when_the_server_ends_it() -> None:
     async def run() -> tuple[list[bytes], int]:
         requests: list[bytes] = []
