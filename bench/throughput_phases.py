@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from bench.throughput_report import UNSCORED
+from bench.throughput_report import NAMELESS, UNSCORED
 
 __all__ = [
     "EXTENDER_MODULES",
@@ -33,6 +33,7 @@ EXTRA_PHASES = (
     "extender-null-raw-pack",
     "extender-null-filter",
     UNSCORED,
+    NAMELESS,
 )
 # Null extender phases: module and arguments.
 NULL_EXTENDERS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -45,6 +46,7 @@ NULL_EXTENDERS: dict[str, tuple[str, tuple[str, ...]]] = {
 EXTENDER_MODULES = {
     "extender-null-filter": "bench.extender_null_filter",
     UNSCORED: "bench.extender_unscored",
+    NAMELESS: "bench.extender_nameless",
 }
 
 
@@ -88,5 +90,7 @@ EXTRA_PHASE_HELP = (
     "that one passing the lowest-named candidate (pods fill nodes one after another, as packing places them); "
     "the shipped extender with a null /filter (bench.extender_null_filter: its machinery without scoring); "
     "the shipped extender whose /filter keeps the first node that passes instead of the best scored "
-    "(bench.extender_unscored: the bound for any scoring speed-up)"
+    "(bench.extender_unscored: the bound for any scoring speed-up); "
+    "the shipped extender whose /filter judges every node of its cache without reading the names "
+    "(bench.extender_nameless: the bound for any faster handling of the names)"
 )

@@ -7,17 +7,24 @@ import statistics
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["NULL_TARGET", "UNSCORED", "VERBS", "null_ratios", "report"]
+__all__ = ["BOUNDS", "NAMELESS", "NULL_TARGET", "UNSCORED", "VERBS", "null_ratios", "report"]
 
 NULL_TARGET = 0.9  # the extender phase against a null extender's, in every round
 VERBS = ("filter", "prioritize", "bind", "preempt")
 UNSCORED = "extender-unscored"  # the shipped /filter keeping the first node that passes (bench.extender_unscored)
+NAMELESS = "extender-nameless"  # the shipped /filter over every node, the names unread (bench.extender_nameless)
+# Phases that bound what one kind of speed-up could reach, and what each bound says.
+BOUNDS = {
+    UNSCORED: "no scoring: what no cheaper scoring can exceed",
+    NAMELESS: "no names read: what no faster handling of the names can exceed",
+}
 
 
 def null_ratios(rounds: list[dict[str, Any]], nulls: Iterable[str]) -> list[str]:
     """Per null extender phase of ``nulls`` that ran in every round: the extender phase's pods/s over
-    it in each round, and whether every round reaches ``NULL_TARGET``; with an ``extender-unscored``
-    phase in every round, its pods/s over the null's too (the most a cheaper scoring could reach)."""
+    it in each round, and whether every round reaches ``NULL_TARGET``; with a phase of ``BOUNDS`` in
+    every round (``extender-unscored``: the most a cheaper scoring could reach), its pods/s over the
+    null's too."""
     lines = []
     for name in nulls:
         if not rounds or any(name not in r for r in rounds):
@@ -25,9 +32,9 @@ def null_ratios(rounds: list[dict[str, Any]], nulls: Iterable[str]) -> list[str]
         ratios = _over(rounds, "extender", name)
         verdict = "met" if all(ratio >= NULL_TARGET for ratio in ratios) else "missed"
         lines.append(f"extender / {name}: {_shown(ratios)} (target {NULL_TARGET} in every round: {verdict})")
-        if all(UNSCORED in r for r in rounds):
-            bound = _shown(_over(rounds, UNSCORED, name))
-            lines.append(f"{UNSCORED} / {name}: {bound} (no scoring: what no cheaper scoring can exceed)")
+        for bound, meaning in BOUNDS.items():
+            if all(bound in r for r in rounds):
+                lines.append(f"{bound} / {name}: {_shown(_over(rounds, bound, name))} ({meaning})")
     return ["", *lines] if lines else []
 
 

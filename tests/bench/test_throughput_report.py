@@ -47,6 +47,15 @@ def test_an_unscored_phase_in_every_round_gets_its_bound_beside_each_verdict() -
     assert lines[2] == "extender-unscored / extender-null: 0.88 / 0.85 (no scoring: what no cheaper scoring can exceed)"
 
 
+def test_a_nameless_phase_gets_its_bound_after_the_unscored_one() -> None:
+    rounds = [_round(80.0, extender_null=100.0, extender_unscored=88.0, extender_nameless=92.0)]
+    lines = null_ratios(rounds, NULL_EXTENDERS)
+    assert lines[2].startswith("extender-unscored / extender-null: 0.88")
+    assert lines[3] == (
+        "extender-nameless / extender-null: 0.92 (no names read: what no faster handling of the names can exceed)"
+    )
+
+
 def test_alternate_rounds_run_the_phases_in_reverse_so_none_always_runs_on_the_oldest_cluster() -> None:
     extra = ["extender-null-raw", "extender-null-filter"]
     first, second, third = (phase_order(extra, index) for index in range(3))
