@@ -139,7 +139,7 @@ class PodInfo:
 
 
 # PodInfo has no __post_init__ and every field is an __init__ argument: a copy of its fields with one
-# changed is what ``dataclasses.replace`` makes, in about a third of its time (it checks each field's
+# changed is what ``dataclasses.replace`` makes, in about half its time (it checks each field's
 # flags and calls __init__ with keywords).
 _POD_FIELDS = tuple(f.name for f in fields(PodInfo))
 _pod_values = operator.attrgetter(*_POD_FIELDS)
