@@ -15,7 +15,6 @@ import numpy as np
 import numpy.typing as npt
 
 from scoring.framework import SUCCESS, Code, NodeInfo, PodInfo, Status
-from scoring.row_memo import RowMemo
 from scoring.table import Batch
 from scoring.verdicts import BatchVerdicts
 
@@ -39,7 +38,6 @@ class ManagedResourcesFit:
         self._reasons = (*never, *not_now)
         # Code by reason index + 1: fits (-1), never fits, does not fit now.
         self._codes = np.array([0] + [2] * len(never) + [1] * len(not_now), dtype=np.int8)
-        self._memo = RowMemo()  # a node's verdict depends on its row and the pod's requests alone
 
     def filter(self, pod: PodInfo, node: NodeInfo) -> Status:
         return self.fits(pod, node.allocatable, node.requested, node.dra_allocatable)
@@ -73,7 +71,11 @@ class ManagedResourcesFit:
         """Verdicts for every node of ``batch``, with the precedence of ``fits``: the first resource
         that can never fit decides, else the first that does not fit now."""
         wants = tuple(pod.resources.requests.get(resource, 0) for resource in self.resources)
-        reason_index = self._memo.get(wants, batch, lambda rows: self._reason_index(wants, rows))
+        if all(want <= 0 for want in wants):  # asks for none of them (a CPU pod, GPUs through claims)
+            return BatchVerdicts.passing(len(batch))
+        # Computed on every row, not kept per row (``scoring.row_memo``): a few comparisons of columns
+        # cost less than looking up which rows changed.
+        reason_index = self._reason_index(wants, batch)
         # Reasons 0..n-1 are "never fits" per resource, n..2n-1 "does not fit now".
         return BatchVerdicts(self._codes[reason_index + 1], reason_index, list(self._reasons))
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -12,7 +11,6 @@ from scoring.best_fit import BestFit, BestFitArgs
 from scoring.cpu_balance import GpuCpuBalance, GpuCpuBalanceArgs
 from scoring.fragmentation import GpuFragmentation
 from scoring.framework import NodeInfo, PodInfo
-from scoring.managed_fit import ManagedResourcesFit
 from scoring.profile import Profile, ScorePluginSpec
 from scoring.resources import PodResources
 from scoring.row_memo import RowMemo
@@ -142,22 +140,6 @@ def _follows_every_update(
         scores = plugin.score_batch(pod, batch)
         assert scores is not None
         assert scores.tolist() == [plugin.score(pod, node) for node in nodes.values()]
-
-
-def test_managed_fit_verdicts_follow_the_node() -> None:
-    fit = ManagedResourcesFit(["cpu"])
-    pod = PodInfo("u", "ns", "p", PodResources({"cpu": 3000}, 3000, 0))
-    table = table_of(cpu_node("a", 4000), cpu_node("b", 2000))
-    batch = table.batch(["a", "b"])
-    assert batch is not None
-    assert fit.filter_batch(pod, batch).codes.tolist() == [0, 2]
-    table.upsert(cpu_node("a", 4000, used=2000))
-    batch = table.batch(["a", "b"])
-    assert batch is not None
-    verdicts = fit.filter_batch(pod, batch)
-    assert verdicts.codes.tolist() == [1, 2]
-    assert [verdicts.status(i).reason for i in range(2)] == ["Insufficient cpu"] * 2
-    assert np.array_equal(verdicts.reason_index, fit.filter_batch(pod, batch).reason_index)
 
 
 @settings(max_examples=100, deadline=None)
