@@ -80,7 +80,10 @@ class RowMemo:
                     computed[index], todo[index] = value, False
         if todo.any():
             at = todo.nonzero()[0]
-            fresh = compute(_positions(batch, positions[at]))
+            if len(at) > _LOOKUP_MAX:  # many rows (a key met for the first time): each state once
+                fresh = _by_state(batch, positions[at], shapes[at], compute)
+            else:
+                fresh = compute(_positions(batch, positions[at]))
             computed[at] = fresh
             if len(at) <= _LOOKUP_MAX:  # a key meeting the whole table keeps its rows by stamp only
                 if len(by_shape) + len(at) > _SHAPES_KEPT:
@@ -105,6 +108,26 @@ class RowMemo:
         kept[: len(old[0])] = old[0]
         values[: len(old[1])] = old[1]
         return kept, values, old[2]
+
+
+def _by_state(
+    batch: Batch, positions: Int64Array, shapes: Int64Array, compute: Callable[[Batch], Int64Array]
+) -> Int64Array:
+    """``compute`` at ``positions`` (ascending), run once per state: rows of one shape (a cluster's
+    nodes of one type while they are empty, or full) take the result of the first of them. Rows
+    without a shape (0: an unknown name, the discounted pod's node) are computed each."""
+    shaped = (shapes != 0).nonzero()[0]
+    _, first, inverse = np.unique(shapes[shaped], return_index=True, return_inverse=True)
+    if 2 * len(first) > len(shaped):  # mostly distinct: not worth the detour
+        return compute(_positions(batch, positions))
+    chosen = np.ones(len(positions), dtype=np.bool_)
+    chosen[shaped] = False
+    chosen[shaped[first]] = True
+    picked = chosen.nonzero()[0]  # ascending, so the positions stay ascending
+    values = np.empty(len(positions), dtype=np.int64)
+    values[picked] = compute(_positions(batch, positions[picked]))
+    values[shaped] = values[shaped[first]][inverse]
+    return values
 
 
 def _positions(batch: Batch, positions: Int64Array) -> Batch:

@@ -198,3 +198,44 @@ def test_a_profile_whose_plugin_cannot_batch_the_rows_leaves_them_to_the_scalar_
     batch = crowded.batch(["a"])
     assert batch is not None and crowded.type_overflow
     assert profile.node_scores_batch(pod, batch) is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(0, 3), min_size=65, max_size=140),  # each node's state, of four
+    st.lists(st.integers(0, 139), max_size=3),  # names the table does not hold, at these places
+    st.one_of(st.none(), st.integers(0, 139)),  # the node a retried pod is assumed on
+)
+def test_many_rows_are_computed_once_per_state(
+    states: list[int], unknown_at: list[int], discount_at: int | None
+) -> None:
+    """A key met for the first time on many rows computes each state once (the rest take its result);
+    an unknown name and the discounted node are computed each. Every answer equals computing every row."""
+    table = NodeTable(capacity=2)
+    names = []
+    for index, state in enumerate(states):
+        names.append(f"n{index}")
+        table.upsert(cpu_node(f"n{index}", 8000, used=1000 * state))
+    for at in sorted(unknown_at):
+        names.insert(min(at, len(names)), f"unknown-{at}")
+    discount = None
+    if discount_at is not None:
+        discount = (f"n{discount_at % len(states)}", PodResources({"cpu": 500}, 500, 0))
+    batch = table.batch(names, discount)
+    assert batch is not None
+    memo, compute = RowMemo(), Counting()
+    assert memo.get("k", batch, compute).tolist() == Counting()(batch).tolist()
+    distinct = len(set(states))
+    assert compute.rows <= distinct + len(unknown_at) + (discount is not None)
+    assert memo.get("k", batch, compute).tolist() == Counting()(batch).tolist()  # read back
+
+
+def test_many_distinct_rows_are_each_computed() -> None:
+    table = NodeTable(capacity=2)
+    for index in range(100):
+        table.upsert(cpu_node(f"n{index}", 8000, used=index))
+    batch = table.batch([f"n{index}" for index in range(100)])
+    assert batch is not None
+    memo, compute = RowMemo(), Counting()
+    assert memo.get("k", batch, compute).tolist() == [8000 - index for index in range(100)]
+    assert compute.rows == 100
