@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -27,24 +28,31 @@ Int64Array = npt.NDArray[np.int64]
 _LIMIT_MIN = 4096  # states kept before renumbering, at least (and 4 per row)
 
 
-def signature(node: NodeInfo) -> str:
-    """Everything ``NodeTable.upsert`` writes for ``node`` but its name and labels, as the text of its
-    sorted items: equal signatures, equal rows (unequal signatures may still write equal rows: then a
-    result is computed twice). A string is compact and the garbage collector never traverses it: a
-    table of 15,000 nodes keeps one a row."""
-    return repr(
-        (
-            _items(node.allocatable),
-            _items(node.requested),
-            node.non_zero_cpu,
-            node.non_zero_memory,
-            sorted(node.allocatable_types),
-            _items(node.dra_allocatable),
-            _items(node.dra_requested),
-            _items(node.dra_devices),
-            sorted((resource, _items(kinds)) for resource, kinds in node.pod_kinds.items()),
-        )
+def signature(node: NodeInfo) -> bytes:
+    """Everything ``NodeTable.upsert`` writes for ``node`` but its name and labels, as the MessagePack
+    of its sorted items: equal signatures, equal rows (unequal signatures may still write equal rows:
+    then a result is computed twice). Bytes are compact and the garbage collector never traverses
+    them: a table of 15,000 nodes keeps one a row. (MessagePack rather than ``repr``: a third of the
+    time, on every node written; ``repr`` where an amount does not fit 64 bits, whose bytes never
+    equal a MessagePack array's.)"""
+    content = (
+        _items(node.allocatable),
+        _items(node.requested),
+        node.non_zero_cpu,
+        node.non_zero_memory,
+        sorted(node.allocatable_types),
+        _items(node.dra_allocatable),
+        _items(node.dra_requested),
+        _items(node.dra_devices),
+        sorted((resource, _items(kinds)) for resource, kinds in node.pod_kinds.items()),
     )
+    try:
+        return _encode(content)
+    except OverflowError:
+        return repr(content).encode()
+
+
+_encode = msgspec.msgpack.Encoder().encode
 
 
 def _items(values: Mapping[Any, Any]) -> list[tuple[Any, Any]]:
@@ -58,8 +66,8 @@ class RowShapes:
         self.ids: Int64Array = np.zeros(capacity, dtype=np.int64)  # per row; 0 for a free row
         self.epoch = 0
         self._limit = limit
-        self._numbers: dict[str, int] = {}
-        self._signatures: list[str | None] = [None] * capacity
+        self._numbers: dict[bytes, int] = {}
+        self._signatures: list[bytes | None] = [None] * capacity
 
     def grow(self, capacity: int) -> None:
         ids = np.zeros(capacity, dtype=np.int64)

@@ -14,6 +14,7 @@ from scoring.framework import NodeInfo, PodInfo
 from scoring.profile import Profile, ScorePluginSpec
 from scoring.resources import PodResources
 from scoring.row_memo import RowMemo
+from scoring.row_shapes import signature
 from scoring.scarce import ScarceResourceAvoidance, ScarceResourceAvoidanceArgs
 from scoring.table import Batch, Int64Array, NodeTable
 from tests.scoring.test_gpu_sharing_plugins import GPU, fgd, gpu_nodes, gpu_pods
@@ -239,3 +240,19 @@ def test_many_distinct_rows_are_each_computed() -> None:
     memo, compute = RowMemo(), Counting()
     assert memo.get("k", batch, compute).tolist() == [8000 - index for index in range(100)]
     assert compute.rows == 100
+
+
+def test_signatures_are_canonical_and_take_any_amount() -> None:
+    """Equal content in another order is one state; an amount past 64 bits still has a signature (the
+    table keeps such a node rather than failing), equal only to equal content."""
+    one = NodeInfo(name="a", allocatable={"cpu": 8000, "memory": 10}, requested={"memory": 1, "cpu": 2})
+    two = NodeInfo(
+        name="b", allocatable={"memory": 10, "cpu": 8000}, requested={"cpu": 2, "memory": 1}, labels={"x": "y"}
+    )
+    assert signature(one) == signature(two) != signature(replace(two, requested={"cpu": 3, "memory": 1}))
+    huge = NodeInfo(name="h", allocatable={"example.com/x": 2**70})
+    assert signature(huge) == signature(replace(huge, name="i"))
+    assert signature(huge) != signature(replace(huge, allocatable={"example.com/x": 2**70 + 1}))
+    table = table_of(huge, replace(huge, name="i"), one)
+    ids = table.shapes.ids
+    assert ids[table.index["h"]] == ids[table.index["i"]] != ids[table.index["a"]]
