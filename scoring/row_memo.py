@@ -10,7 +10,8 @@ discounted pod are never kept.
 A written row is first looked up by its shape (``scoring.row_shapes``: the id of its content): when
 the key has met a node in that state before, the result is that node's. Pods of one shape on
 machines of one type (a job's workers) move nodes through a few states, and then a request scores
-no row at all.
+no row at all. A key that must score many rows (met for the first time) scores each state among them
+once: a cluster's empty nodes of one type are one state.
 """
 
 from __future__ import annotations
