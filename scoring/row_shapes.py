@@ -12,10 +12,10 @@ what was kept under the old ids is dropped then.
 
 from __future__ import annotations
 
+import marshal
 from collections.abc import Mapping
 from typing import Any
 
-import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -29,30 +29,26 @@ _LIMIT_MIN = 4096  # states kept before renumbering, at least (and 4 per row)
 
 
 def signature(node: NodeInfo) -> bytes:
-    """Everything ``NodeTable.upsert`` writes for ``node`` but its name and labels, as the MessagePack
-    of its sorted items: equal signatures, equal rows (unequal signatures may still write equal rows:
-    then a result is computed twice). Bytes are compact and the garbage collector never traverses
-    them: a table of 15,000 nodes keeps one a row. (MessagePack rather than ``repr``: a third of the
-    time, on every node written; ``repr`` where an amount does not fit 64 bits, whose bytes never
-    equal a MessagePack array's.)"""
-    content = (
-        _items(node.allocatable),
-        _items(node.requested),
-        node.non_zero_cpu,
-        node.non_zero_memory,
-        sorted(node.allocatable_types),
-        _items(node.dra_allocatable),
-        _items(node.dra_requested),
-        _items(node.dra_devices),
-        sorted((resource, _items(kinds)) for resource, kinds in node.pod_kinds.items()),
+    """Everything ``NodeTable.upsert`` writes for ``node`` but its name and labels, as the marshalled
+    tuple of its sorted items: equal signatures, equal rows (unequal signatures may still write equal
+    rows: then a result is computed twice). Bytes are compact and the garbage collector never traverses
+    them: a table of 15,000 nodes keeps one a row. (``marshal`` rather than ``repr``: under half the
+    time, on every node written. Version 2 writes no back-references, so equal content gives equal
+    bytes whichever objects hold it.)"""
+    return marshal.dumps(
+        (
+            _items(node.allocatable),
+            _items(node.requested),
+            node.non_zero_cpu,
+            node.non_zero_memory,
+            sorted(node.allocatable_types),
+            _items(node.dra_allocatable),
+            _items(node.dra_requested),
+            _items(node.dra_devices),
+            sorted((resource, _items(kinds)) for resource, kinds in node.pod_kinds.items()),
+        ),
+        2,
     )
-    try:
-        return _encode(content)
-    except OverflowError:
-        return repr(content).encode()
-
-
-_encode = msgspec.msgpack.Encoder().encode
 
 
 def _items(values: Mapping[Any, Any]) -> list[tuple[Any, Any]]:
