@@ -84,7 +84,7 @@ class RowMemo:
             if len(at) > _LOOKUP_MAX:  # many rows (a key met for the first time): each state once
                 fresh = _by_state(batch, positions[at], shapes[at], compute)
             else:
-                fresh = compute(_positions(batch, positions[at]))
+                fresh = compute(batch.take(positions[at]))
             computed[at] = fresh
             if len(at) <= _LOOKUP_MAX:  # a key meeting the whole table keeps its rows by stamp only
                 if len(by_shape) + len(at) > _SHAPES_KEPT:
@@ -120,23 +120,12 @@ def _by_state(
     shaped = (shapes != 0).nonzero()[0]
     _, first, inverse = np.unique(shapes[shaped], return_index=True, return_inverse=True)
     if 2 * len(first) > len(shaped):  # mostly distinct: not worth the detour
-        return compute(_positions(batch, positions))
+        return compute(batch.take(positions))
     chosen = np.ones(len(positions), dtype=np.bool_)
     chosen[shaped] = False
     chosen[shaped[first]] = True
     picked = chosen.nonzero()[0]  # ascending, so the positions stay ascending
     values = np.empty(len(positions), dtype=np.int64)
-    values[picked] = compute(_positions(batch, positions[picked]))
+    values[picked] = compute(batch.take(positions[picked]))
     values[shaped] = values[shaped[first]][inverse]
     return values
-
-
-def _positions(batch: Batch, positions: Int64Array) -> Batch:
-    """The batch's nodes at ``positions`` (ascending), as ``Batch.subset`` without a mask."""
-    names = list(map(batch.names.__getitem__, positions.tolist()))
-    discount_at = -1
-    if batch.discount_position >= 0:
-        found = (positions == batch.discount_position).nonzero()[0]
-        discount_at = int(found[0]) if found.size else -1
-    discount = batch.discount if discount_at >= 0 else None
-    return batch.part(names, batch.rows[positions], batch.known[positions], discount_at, discount)

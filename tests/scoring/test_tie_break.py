@@ -5,6 +5,7 @@ priorities and BestScored nodes it leaves."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -216,3 +217,34 @@ def test_random_applies_only_without_soft_preferences_or_prefer_no_schedule_node
     assert random_applies(plain, prefer_no_schedule=False)
     assert not random_applies(plain, prefer_no_schedule=True)
     assert not random_applies(prefers, prefer_no_schedule=False)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    gpu_pods(),
+    st.lists(gpu_nodes(), min_size=1, max_size=3),  # the states the nodes are in
+    st.lists(st.integers(0, 2), min_size=65, max_size=130),  # each node's state
+    st.one_of(st.none(), st.integers(0, 129)),  # the node a retried pod is assumed on
+    st.randoms(use_true_random=False),
+)
+def test_many_best_nodes_are_keyed_once_per_state(
+    pod: PodInfo, states: list[NodeInfo], picks: list[int], discounted: int | None, rng: random.Random
+) -> None:
+    """More than 64 best nodes, of a few states: every key equals the definition, node by node (the
+    discounted node, whose row reads less than its state, included)."""
+    nodes = [replace(states[p % len(states)], name=f"n{i}") for i, p in enumerate(picks)]
+    table = NodeTable(capacity=2)
+    for node in nodes:
+        table.upsert(node)
+    names = [node.name for node in nodes]
+    discount = None if discounted is None else (names[discounted % len(names)], pod.resources)
+    batch = table.batch(names, discount)
+    assert batch is not None
+    keys = most_allocated_batch(pod, batch, RESOURCES)
+    at = np.array(sorted(rng.sample(range(len(names)), 65)), dtype=np.intp)
+    at_keys = most_allocated_batch(pod, batch, RESOURCES, at=at)
+    assert (keys is None) == (at_keys is None)
+    if keys is not None and at_keys is not None:
+        assert at_keys.tolist() == keys[at].tolist()
+        if discount is None:
+            assert at_keys.tolist() == [most_allocated(pod, nodes[i], RESOURCES) for i in at.tolist()]
