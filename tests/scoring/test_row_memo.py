@@ -243,12 +243,12 @@ def test_many_distinct_rows_are_each_computed() -> None:
 
 
 def test_signatures_are_canonical_and_take_any_amount() -> None:
-    """Equal content in another order is one state; an amount past 64 bits still has a signature (the
-    table keeps such a node rather than failing), equal only to equal content."""
+    """Equal content in another order, under equal names held by other string objects (a decoded
+    object's keys are not interned, a literal's are), is one state; an amount past 64 bits still has a
+    signature (the table keeps such a node rather than failing), equal only to equal content."""
     one = NodeInfo(name="a", allocatable={"cpu": 8000, "memory": 10}, requested={"memory": 1, "cpu": 2})
-    two = NodeInfo(
-        name="b", allocatable={"memory": 10, "cpu": 8000}, requested={"cpu": 2, "memory": 1}, labels={"x": "y"}
-    )
+    cpu, memory = "".join(["c", "pu"]), "".join(["mem", "ory"])
+    two = NodeInfo(name="b", allocatable={memory: 10, cpu: 8000}, requested={cpu: 2, memory: 1}, labels={"x": "y"})
     assert signature(one) == signature(two) != signature(replace(two, requested={"cpu": 3, "memory": 1}))
     huge = NodeInfo(name="h", allocatable={"example.com/x": 2**70})
     assert signature(huge) == signature(replace(huge, name="i"))
