@@ -58,3 +58,16 @@ def named_batch(node_list: Sequence[NodeInfo]) -> tuple[list[NodeInfo], Batch]:
     batch = table.batch([n.name for n in named])
     assert batch is not None
     return named, batch
+
+
+def table_of(*nodes: NodeInfo) -> NodeTable:
+    """A small node table (its rows grow while upserting) holding ``nodes``."""
+    table = NodeTable(capacity=2)
+    for item in nodes:
+        table.upsert(item)
+    return table
+
+
+def cpu_node(name: str, cpu: int, used: int = 0) -> NodeInfo:
+    """A node with ``cpu`` milli-CPU allocatable, ``used`` of it requested."""
+    return NodeInfo(name=name, allocatable={"cpu": cpu}, requested={"cpu": used}, non_zero_cpu=used)

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from scoring.framework import SUCCESS, Code, NodeInfo, PodInfo, PodResources, Status
+from scoring.framework import SUCCESS, Code, PodInfo, PodResources, Status
 from scoring.managed_fit import NAME, ManagedResourcesFit, insufficient_reason
-from scoring.table import NodeTable
-from tests.scoring.builders import node
+from tests.scoring.builders import cpu_node, node, table_of
 from tests.scoring.builders import pod_requesting as pod
 
 GPU = "nvidia.com/gpu"
@@ -104,25 +103,14 @@ def test_fits_with_explicit_totals() -> None:
     assert FIT.fits(p, {GPU: 3}, {}).code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE
 
 
-def _table(*nodes: NodeInfo) -> NodeTable:
-    table = NodeTable(capacity=2)
-    for info in nodes:
-        table.upsert(info)
-    return table
-
-
-def _cpu_node(name: str, cpu: int, used: int = 0) -> NodeInfo:
-    return NodeInfo(name=name, allocatable={"cpu": cpu}, requested={"cpu": used}, non_zero_cpu=used)
-
-
 def test_batch_verdicts_follow_the_node() -> None:
     fit = ManagedResourcesFit(["cpu"])
     wants_3 = PodInfo("u", "ns", "p", PodResources({"cpu": 3000}, 3000, 0))
-    table = _table(_cpu_node("a", 4000), _cpu_node("b", 2000))
+    table = table_of(cpu_node("a", 4000), cpu_node("b", 2000))
     batch = table.batch(["a", "b"])
     assert batch is not None
     assert fit.filter_batch(wants_3, batch).codes.tolist() == [0, 2]
-    table.upsert(_cpu_node("a", 4000, used=2000))  # the same request now: "a" is full
+    table.upsert(cpu_node("a", 4000, used=2000))  # the same request now: "a" is full
     batch = table.batch(["a", "b"])
     assert batch is not None
     verdicts = fit.filter_batch(wants_3, batch)
@@ -135,7 +123,7 @@ def test_batch_pod_asking_for_none_passes_every_node() -> None:
     resource is used up, over-committed or absent, as the scalar check says node by node."""
     nodes = [node({GPU: 8}, {GPU: 8}), node({GPU: 2}, {GPU: 3}), node({"cpu": 4000})]
     nodes = [replace(info, name=f"n{index}") for index, info in enumerate(nodes)]
-    table = _table(*nodes)
+    table = table_of(*nodes)
     batch = table.batch([info.name for info in nodes])
     assert batch is not None
     for asking in (pod({"cpu": "1"}), pod({GPU: "0"}), pod()):

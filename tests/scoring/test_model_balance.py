@@ -15,6 +15,7 @@ from scoring.model_balance import DEFAULT_LABEL, GpuModelBalance, GpuModelBalanc
 from scoring.profile import build_score_plugin
 from scoring.resources import PodResources
 from scoring.table import NodeTable
+from tests.scoring.builders import table_of
 from tests.scoring.test_gpu_sharing_plugins import GPU, claim_pod, dra_node, plugin_node
 
 BALANCE = GpuModelBalance(GpuModelBalanceArgs.parse({}))
@@ -22,13 +23,6 @@ BALANCE = GpuModelBalance(GpuModelBalanceArgs.parse({}))
 
 def labelled(node: NodeInfo, name: str, model: str | None) -> NodeInfo:
     return replace(node, name=name, labels={} if model is None else {DEFAULT_LABEL: model, "zone": "a"})
-
-
-def table_of(*nodes: NodeInfo) -> NodeTable:
-    table = NodeTable(capacity=2)
-    for node in nodes:
-        table.upsert(node)
-    return table
 
 
 def batch_scores(plugin: GpuModelBalance, pod: PodInfo, table: NodeTable, names: list[str]) -> list[int]:

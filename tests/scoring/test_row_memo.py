@@ -17,12 +17,8 @@ from scoring.row_memo import RowMemo
 from scoring.row_shapes import signature
 from scoring.scarce import ScarceResourceAvoidance, ScarceResourceAvoidanceArgs
 from scoring.table import Batch, Int64Array, NodeTable
+from tests.scoring.builders import cpu_node, table_of
 from tests.scoring.test_gpu_sharing_plugins import GPU, fgd, gpu_nodes, gpu_pods
-
-
-def cpu_node(name: str, cpu: int, used: int = 0) -> NodeInfo:
-    allocatable = {"cpu": cpu}
-    return NodeInfo(name=name, allocatable=allocatable, requested={"cpu": used}, non_zero_cpu=used)
 
 
 class Counting:
@@ -34,13 +30,6 @@ class Counting:
     def __call__(self, batch: Batch) -> Int64Array:
         self.rows += len(batch)
         return batch.allocatable("cpu") - batch.requested("cpu")
-
-
-def table_of(*nodes: NodeInfo) -> NodeTable:
-    table = NodeTable(capacity=2)
-    for node in nodes:
-        table.upsert(node)
-    return table
 
 
 def test_unchanged_rows_are_read_back_and_written_rows_computed_again() -> None:

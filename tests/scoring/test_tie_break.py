@@ -227,11 +227,11 @@ def test_random_applies_only_without_soft_preferences_or_prefer_no_schedule_node
     st.one_of(st.none(), st.integers(0, 129)),  # the node a retried pod is assumed on
     st.randoms(use_true_random=False),
 )
-def test_many_best_nodes_are_keyed_once_per_state(
+def test_keys_of_many_best_nodes_in_few_states_equal_the_definition(
     pod: PodInfo, states: list[NodeInfo], picks: list[int], discounted: int | None, rng: random.Random
 ) -> None:
-    """More than 64 best nodes, of a few states: every key equals the definition, node by node (the
-    discounted node, whose row reads less than its state, included)."""
+    """More than 64 best nodes in a few states, one of them perhaps the node a retried pod is assumed
+    on: the keys at those positions equal the full computation's, and the definition node by node."""
     nodes = [replace(states[p % len(states)], name=f"n{i}") for i, p in enumerate(picks)]
     table = NodeTable(capacity=2)
     for node in nodes:
