@@ -52,6 +52,7 @@ from simulator.metrics import (
 from simulator.policies import POLICIES, policy_config
 from simulator.schedconfig import SchedulerConfig
 from simulator.trace import KIND_CPU, KIND_MULTI_GPU, KIND_ONE_GPU, SimNode, SimPod
+from simulator.unschedulable import UnschedulableShapes, shape
 
 __all__ = [
     "MODES",
@@ -218,6 +219,7 @@ class _Scheduler:
         self._names = [node.name for node in nodes]
         self._all_names = _encode(self._names)
         self._by_spec: dict[frozenset[str], tuple[bytes, list[str]]] = {}
+        self.unschedulable = UnschedulableShapes()
 
     def candidates(self, pod: SimPod) -> tuple[bytes, list[str]]:
         """Nodes whose GPU model the pod accepts, as encoded NodeNames (and names), cached per spec."""
@@ -230,14 +232,21 @@ class _Scheduler:
         return entry
 
     async def schedule(self, pod: SimPod) -> str | None:
-        """Filter, choose, bind; the chosen node, or None when no node passes. With DRA the pod's
-        ResourceClaim is in the cache before the pod comes, as in a cluster, and goes when it fails."""
+        """Filter, choose, bind; the chosen node, or None when no node passes (known without a filter
+        call for a shape that failed since the last deletion: ``simulator.unschedulable``). With DRA
+        the pod's ResourceClaim is in the cache before the pod comes, as in a cluster, and goes when
+        it fails."""
+        key = shape(pod)
+        if self.unschedulable.known(key):
+            return None
         claim = dra.pod_claim(pod) if self.sharing == "dra" else None
         if claim is not None:
             self.cache.dra.upsert_claim(claim)
         node = await self._schedule(pod)
-        if node is None and claim is not None:
-            self.cache.dra.delete_claim(claim.key)
+        if node is None:
+            self.unschedulable.failed(key)
+            if claim is not None:
+                self.cache.dra.delete_claim(claim.key)
         return node
 
     def submit(self, pod: SimPod) -> None:
@@ -263,6 +272,7 @@ class _Scheduler:
 
     def delete(self, pod: SimPod) -> None:
         """The pod is gone: so are its claim (and with it its devices) and its requests."""
+        self.unschedulable.freed()
         self.cache.delete_pod(pod.uid)
         if self.sharing == "dra" and pod.gpus:
             self.cache.dra.delete_claim(f"{pod.namespace}/{dra.claim_name(pod)}")
