@@ -244,7 +244,9 @@ class _Scheduler:
             self.cache.dra.upsert_claim(claim)
         node = await self._schedule(pod)
         if node is None:
-            self.unschedulable.failed(key)
+            info = self.service.pod_info(pod.body)  # parsed by the filter call
+            if not info.queue_labels and not info.pod_group:  # (fair shares and gangs: not by room alone)
+                self.unschedulable.failed(key)
             if claim is not None:
                 self.cache.dra.delete_claim(claim.key)
         return node

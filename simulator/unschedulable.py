@@ -1,15 +1,17 @@
 """Pod shapes known to find no node, while the cluster's free capacity has only shrunk.
 
 Every check of the extender's filter asks whether a node still has room for the pod (cpu, memory,
-GPUs and their devices, pod slots, a queue's quota), and a bind only takes room away. So between two
-deletions, a pod exactly like one that found no node finds none either. The simulator records its
+GPUs and their devices, pod slots), and a bind only takes room away. So between two deletions, a pod
+exactly like one that found no node finds none either. The simulator records its
 failure without calling the filter; a deletion frees room and forgets every shape. Inflate and fill
 runs delete nothing: once the cluster is full (about a quarter of an inflate run's pods on the openb
 default trace, nearly all repeats of some 90 shapes), arriving pods of a shape seen failing cost no
 filter call. Placements are the same (``tests/simulator/test_unschedulable.py`` runs both ways).
 
 A pod's shape is everything the extender reads of it except its identity: its body without name,
-UID and the name of its ResourceClaim, and what its claim asks for.
+UID and the name of its ResourceClaim, and what its claim asks for. Pods of a queue or a pod group
+are never remembered: a queue's fair share moves with other queues' usage, and a gang member's
+verdict with its group's plan, not with room alone.
 """
 
 from __future__ import annotations

@@ -109,3 +109,19 @@ def test_the_shapes_are_forgotten_when_room_is_freed() -> None:
     assert shapes.known("k") and shapes.skipped == 1
     shapes.freed()
     assert not shapes.known("k")
+
+
+def test_pods_of_a_queue_or_a_pod_group_are_always_filtered(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Their verdicts move with other queues' usage and the group's plan: never answered from a shape.
+    nodes, pods = trace(
+        tmp_path, "a,8000,16384,1,T4\n", "".join(f"p{i},1000,1024,1,1000,,LS,Running,{i},,{i}\n" for i in range(4))
+    )
+    for label in ("kueue.x-k8s.io/queue-name", "kueue.x-k8s.io/pod-group-name"):
+        labelled = []
+        for pod in pods:
+            body = msgspec.json.decode(pod.body)
+            body["metadata"]["labels"] = {label: "a"}
+            labelled.append(replace(pod, body=msgspec.json.encode(body)))
+        calls = _filters(monkeypatch)
+        result = simulate("random", load_config(None), nodes, labelled, sharing="none")
+        assert result.failed[KIND_ONE_GPU] == 3 and len(calls) == 4, label
