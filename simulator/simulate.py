@@ -33,6 +33,7 @@ from app.cluster.cache import ClusterCache
 from app.cluster.objects import NodeObject, pod_from_obj
 from app.cluster.snapshot import SnapshotBinder, SnapshotClaimWriter
 from app.config import ExtenderConfiguration
+from app.http import go_layout
 from app.service import ExtenderService
 from scoring.framework import PodInfo
 from scoring.kube_scheduler import select_host, select_host_batch
@@ -299,7 +300,8 @@ class _Scheduler:
 
     def _priorities(self, pod_part: bytes, passed: list[str]) -> tuple[list[str], list[int]]:
         """The extender's /prioritize answer: hosts and their priorities, in its order."""
-        hosts, scores = self.service.priorities(pod_part + _encode(passed) + b"}")
+        encoded = go_layout.encoded_node_names(passed)  # filter's answer, as the service encoded it
+        hosts, scores = self.service.priorities(pod_part + (_encode(passed) if encoded is None else encoded) + b"}")
         return list(hosts), scores
 
     def _extender_choice(self, pod_part: bytes, passed: list[str]) -> str:

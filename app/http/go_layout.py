@@ -14,7 +14,15 @@ from typing import Generic, TypeVar
 
 import msgspec
 
-__all__ = ["NODES_CLOSE", "NodeListItems", "node_name", "node_names", "remember_node_names", "split_node_names"]
+__all__ = [
+    "NODES_CLOSE",
+    "NodeListItems",
+    "encoded_node_names",
+    "node_name",
+    "node_names",
+    "remember_node_names",
+    "split_node_names",
+]
 
 T = TypeVar("T")
 
@@ -73,6 +81,15 @@ def remember_node_names(encoded: bytes, names: list[str]) -> None:
     """Keep ``names`` for a later request whose ``NodeNames`` are exactly ``encoded`` (filter's answer
     is what prioritize will be sent)."""
     _name_lists[:] = [(encoded, names), *(entry for entry in _name_lists if entry[0] != encoded)][:_NAME_LISTS_KEPT]
+
+
+def encoded_node_names(names: list[str]) -> bytes | None:
+    """The bytes this very list was remembered with, or None: an in-process caller (the simulator)
+    builds the prioritize body from filter's answer without encoding the names again."""
+    for encoded, kept in _name_lists:
+        if kept is names:
+            return encoded
+    return None
 
 
 class NodeListItems(Generic[T]):

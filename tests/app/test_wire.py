@@ -350,3 +350,10 @@ def test_node_names_that_are_not_strings_take_the_decoding_path_and_its_error() 
     assert wire._go_node_names(body) is None
     with pytest.raises(wire.WireError, match="NodeNames"):
         wire.decode_extender_args(body)
+
+
+def test_a_remembered_list_gives_back_its_bytes_by_identity_only() -> None:
+    names = ["a", "b"]
+    go_layout.remember_node_names(msgspec.json.encode(names), names)
+    assert go_layout.encoded_node_names(names) == b'["a","b"]'
+    assert go_layout.encoded_node_names(["a", "b"]) is None  # an equal list is not the one remembered
