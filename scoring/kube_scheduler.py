@@ -17,7 +17,7 @@ are left out: adding a constant to every total cannot change the winner.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -97,7 +97,7 @@ class KubeSchedulerScore:
         return result
 
 
-def select_host(names: Sequence[str], totals: Sequence[int], choose: Callable[[list[str]], str]) -> str:
+def select_host(names: Sequence[str], totals: Sequence[int], choose: Callable[[Sequence[str]], str]) -> str:
     """The node with the highest total; ``choose`` picks uniformly among ties (called only for ties)."""
     if not names:
         raise ValueError("no nodes to choose from")
@@ -106,9 +106,27 @@ def select_host(names: Sequence[str], totals: Sequence[int], choose: Callable[[l
     return ties[0] if len(ties) == 1 else choose(ties)
 
 
-def select_host_batch(names: Sequence[str], totals: Int64Array, choose: Callable[[list[str]], str]) -> str:
+def select_host_batch(names: Sequence[str], totals: Int64Array, choose: Callable[[Sequence[str]], str]) -> str:
     """``select_host`` over an array of totals (the same ties, in the same order, for ``choose``)."""
     if not names:
         raise ValueError("no nodes to choose from")
     ties = (totals == totals.max()).nonzero()[0].tolist()
-    return names[ties[0]] if len(ties) == 1 else choose([names[i] for i in ties])
+    return names[ties[0]] if len(ties) == 1 else choose(_Tied(names, ties))
+
+
+class _Tied(Sequence[str]):
+    """The tied names, read only where ``choose`` reads them (a random pick reads one of a thousand)."""
+
+    __slots__ = ("_names", "_ties")
+
+    def __init__(self, names: Sequence[str], ties: list[int]) -> None:
+        self._names, self._ties = names, ties
+
+    def __len__(self) -> int:
+        return len(self._ties)
+
+    def __getitem__(self, index: int) -> str:  # type: ignore[override]  # no slices: choose reads one
+        return self._names[self._ties[index]]
+
+    def __iter__(self) -> Iterator[str]:
+        return map(self._names.__getitem__, self._ties)

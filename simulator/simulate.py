@@ -198,7 +198,7 @@ class _Scheduler:
         # An extender with ``tieBreak.random`` makes that pick itself, with the same rule and draw: a
         # tie resolves the same whichever side takes it.
         # (``randrange`` draws the position ``choice`` would: the extender's draw reads no names.)
-        self.choose: Callable[[list[str]], str] = self.rng.choice if tie_break == "random" else min
+        self.choose: Callable[[Sequence[str]], str] = self.rng.choice if tie_break == "random" else min
         random_pick = tie_break == "random"
         self.service = ExtenderService(
             config,

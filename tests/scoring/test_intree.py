@@ -8,6 +8,8 @@ the vectorised batch path equals the scalar definition node by node.
 from __future__ import annotations
 
 import math
+import random
+from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any
 
@@ -433,8 +435,8 @@ def test_totals_add_the_extender_priority_times_weight_times_ten() -> None:
 def test_select_host_picks_the_highest_and_asks_only_about_ties() -> None:
     asked: list[list[str]] = []
 
-    def choose(ties: list[str]) -> str:
-        asked.append(ties)
+    def choose(ties: Sequence[str]) -> str:
+        asked.append(list(ties))
         return ties[-1]
 
     assert select_host(["a", "b", "c"], [5, 9, 1], choose) == "b" and asked == []
@@ -442,3 +444,13 @@ def test_select_host_picks_the_highest_and_asks_only_about_ties() -> None:
     assert select_host_batch(["a", "b", "c"], np.array([9, 5, 9]), choose) == "c" and asked[-1] == ["a", "c"]
     with pytest.raises(ValueError, match="no nodes"):
         select_host([], [], choose)
+
+
+def test_select_host_batch_hands_choose_the_ties_as_a_list_would() -> None:
+    # A seeded random pick reads the same position of the lazy view as of the list of tied names.
+    names = [f"n{i}" for i in range(50)]
+    totals = np.array([i % 3 for i in range(50)])
+    tied = [name for name, total in zip(names, totals.tolist(), strict=True) if total == 2]
+    for seed in range(5):
+        assert select_host_batch(names, totals, random.Random(seed).choice) == random.Random(seed).choice(tied)
+    assert select_host_batch(names, totals, min) == min(tied)
