@@ -311,11 +311,11 @@ class NodeTable:
         if len(names) < _RECALL_MIN or not isinstance(names, list):
             return None
         first = self.index.get(names[0])
-        for version, seen, rows in self._recent:
+        for index, (version, seen, rows) in enumerate(self._recent):
             if version != self._version or len(seen) != len(names) or first is None:
                 continue
             if seen is names:  # the very list seen before (the wire keeps decoded name lists)
-                return rows.copy()
+                return self._used(index).copy()
             at = (rows == first).nonzero()[0]
             if not at.size:
                 continue
@@ -323,8 +323,15 @@ class NodeTable:
             if names[-1] != seen[shift - 1]:  # cheap: a list in another order differs here already
                 continue
             if names == (seen[shift:] + seen[:shift] if shift else seen):
-                return np.roll(rows, -shift) if shift else rows.copy()
+                return np.roll(self._used(index), -shift) if shift else self._used(index).copy()
         return None
+
+    def _used(self, index: int) -> npt.NDArray[np.intp]:
+        """The rows of recent list ``index``, which moves to the front: filter's input, asked about for
+        every pod, outlives the survivor lists each pod adds (least recently used go first)."""
+        if index:
+            self._recent.insert(0, self._recent.pop(index))
+        return self._recent[0][2]
 
     def gather(
         self, columns: Mapping[str, Int64Array], resource: str, rows: npt.NDArray[np.intp], known: BoolArray | None

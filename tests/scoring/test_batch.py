@@ -255,3 +255,18 @@ def test_parts_of_a_batch_say_whether_every_name_is_known(with_gone: bool, keep:
         whole.part([names[p] for p in at], whole.rows[positions], whole.known[positions], -1, None),
     ):
         assert part.all_known == bool(part.known.all())
+
+
+def test_the_list_asked_about_for_every_pod_outlives_the_lists_each_pod_adds() -> None:
+    # filter's input comes with every pod; each pod's survivors are remembered for its prioritize. The
+    # input must stay recalled (found without looking a name up) however many survivor lists came.
+    table = NodeTable()
+    names = [f"node-{i}" for i in range(100)]
+    for name in names:
+        table.upsert(NodeInfo(name, {"cpu": 1000}, allocatable_types=frozenset({"cpu"})))
+    table.batch(names)
+    for pod in range(10):
+        survivors = names[: 99 - pod]
+        assert table._recalled(names) is not None, pod
+        table.remember(survivors, np.array([table.index[n] for n in survivors]))
+        assert _rows(table.batch(survivors)) == [table.index[n] for n in survivors]
