@@ -324,13 +324,13 @@ class ExtenderService:
             return wire.host_priority_raw(self.cache.table.host_prefixes(batch.names, batch.rows), priorities)
         return wire.host_priority_list(candidates.names, priorities.tolist())
 
-    def priorities(self, body: bytes) -> tuple[Sequence[str], list[int]]:
-        """/prioritize's answer before it is encoded: hosts and their 0..10 priorities, in order ((), []
+    def priorities(self, body: bytes) -> tuple[Sequence[str], npt.NDArray[np.int64]]:
+        """/prioritize's answer before it is encoded: hosts and their 0..10 priorities, in order (none
         on trouble). The simulator reads it so; the decision is the verb's own."""
         decided = self._prioritize(body, None)
         if decided is None:
-            return (), []
-        return decided[0].names, decided[2].tolist()
+            return (), np.zeros(0, dtype=np.int64)
+        return decided[0].names, decided[2]
 
     def _prioritize(
         self, body: bytes, plugin: str | None

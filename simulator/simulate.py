@@ -36,7 +36,7 @@ from app.config import ExtenderConfiguration
 from app.http import go_layout
 from app.service import ExtenderService
 from scoring.framework import PodInfo
-from scoring.kube_scheduler import select_host, select_host_batch
+from scoring.kube_scheduler import select_host_batch
 from scoring.table import EXACT_LIMIT, Int64Array
 from scoring.tie_break import choosing, drawing
 from simulator import sharing as dra
@@ -298,15 +298,14 @@ class _Scheduler:
         answer = await self.service.bind(_encode(bind))
         return node, str(answer["Error"] or "")
 
-    def _priorities(self, pod_part: bytes, passed: list[str]) -> tuple[list[str], list[int]]:
+    def _priorities(self, pod_part: bytes, passed: list[str]) -> tuple[Sequence[str], Int64Array]:
         """The extender's /prioritize answer: hosts and their priorities, in its order."""
         encoded = go_layout.encoded_node_names(passed)  # filter's answer, as the service encoded it
-        hosts, scores = self.service.priorities(pod_part + (_encode(passed) if encoded is None else encoded) + b"}")
-        return list(hosts), scores
+        return self.service.priorities(pod_part + (_encode(passed) if encoded is None else encoded) + b"}")
 
     def _extender_choice(self, pod_part: bytes, passed: list[str]) -> str:
         """No scheduler config: the highest extender priority, ties at random."""
-        return select_host(*self._priorities(pod_part, passed), self.choose)
+        return select_host_batch(*self._priorities(pod_part, passed), self.choose)
 
     def _choice(self, pod: SimPod, pod_part: bytes, passed: list[str]) -> str:
         """kube-scheduler's choice: one node is taken unscored; else in-tree totals + extender priority."""
@@ -318,10 +317,10 @@ class _Scheduler:
         priorities = np.zeros(len(passed), dtype=np.int64)
         if self.kube.extender_weight and (info is None or self.scheduler.interested(info)):
             hosts, scores = self._priorities(pod_part, passed)
-            if hosts == passed:
-                priorities = np.array(scores, dtype=np.int64)
+            if hosts is passed or list(hosts) == passed:  # (the very list: the wire kept it)
+                priorities = scores
             else:  # a node the answer leaves out scores nothing
-                by_host = dict(zip(hosts, scores, strict=True))
+                by_host = dict(zip(hosts, scores.tolist(), strict=True))
                 priorities = np.array([by_host.get(name, 0) for name in passed], dtype=np.int64)
         plugin_totals = np.zeros(len(passed), dtype=np.int64)
         if info is not None and self.kube.applies(info):  # e.g. GPUs through claims: nothing to gather

@@ -124,7 +124,7 @@ def test_replay_phase(phase: str, client_for_transport: Any) -> None:
             # every candidate in order, but those scored 0 (kube-scheduler counts a host not listed as 0)
             hosts, scores = service.priorities(body)
             assert list(hosts) == entry["candidateNodes"]
-            assert answer == [{"Host": h, "Score": s} for h, s in zip(hosts, scores, strict=True) if s > 0]
+            assert answer == [{"Host": h, "Score": s} for h, s in zip(hosts, scores.tolist(), strict=True) if s > 0]
             for host in answer:
                 assert type(host["Score"]) is int and 1 <= host["Score"] <= 10
         elif verb == "bind":
