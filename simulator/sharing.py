@@ -153,9 +153,23 @@ def _parse_claim(pod: SimPod) -> ResourceClaim:
 
 
 def with_claim(pod: SimPod) -> SimPod:
-    """``pod`` asking for its GPUs through its ResourceClaim instead of ``nvidia.com/gpu`` requests."""
+    """``pod`` asking for its GPUs through its ResourceClaim instead of ``nvidia.com/gpu`` requests
+    (kept per pod: the runs of an experiment share the trace's pods)."""
     if not pod.gpus:
         return pod
+    found = _with_claims.get(pod)
+    if found is None:
+        if len(_with_claims) >= _WITH_CLAIMS_KEPT:
+            _with_claims.clear()
+        found = _with_claims[pod] = _with_claim(pod)
+    return found
+
+
+_WITH_CLAIMS_KEPT = 100_000
+_with_claims: dict[SimPod, SimPod] = {}
+
+
+def _with_claim(pod: SimPod) -> SimPod:
     body = _decode(pod.body)
     spec = body["spec"]
     spec["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim_name(pod)}]

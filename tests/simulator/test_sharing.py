@@ -9,8 +9,9 @@ import pytest
 
 from app.cli import main
 from app.config import load_config
+from simulator import sharing
 from simulator.experiment import summarise
-from simulator.inflate import inflate
+from simulator.inflate import inflate, renamed
 from simulator.metrics import GpuLedger, Leftover, Shape, ShareMetrics, typical_shapes
 from simulator.report import format_leftover
 from simulator.simulate import PolicyResult, simulate
@@ -237,3 +238,17 @@ def test_cli_inflate_with_seeds_table_json_and_plot(tmp_path: Path, capsys: pyte
     assert report["results"][0]["arrivedPercent"] <= 130
     assert set(report["results"][0]["leftover"][0]) == {"beside", "gpus", "freeGpus"}
     assert report["summary"][0]["leftover"][0]["freeGpus"] > 0
+
+
+def test_a_pod_asks_for_its_claim_by_its_own_name_whichever_run_made_it_first(tmp_path: Path) -> None:
+    # with_claim is kept per pod (an experiment's runs share the trace): a copy under another name
+    # gets a body naming its own claim, and the same pod the same answer.
+    _, pods = trace(tmp_path, "a,8000,16384,1,T4\n", "p,1000,1024,1,500,,LS,Running,0,,0\n")
+    first = sharing.with_claim(pods[0])
+    assert sharing.with_claim(pods[0]) is first
+    copy = sharing.with_claim(renamed(pods[0], "p-c1"))
+    claims = [json.loads(pod.body)["spec"]["resourceClaims"] for pod in (first, copy)]
+    assert claims == [
+        [{"name": "gpu", "resourceClaimName": "p-gpu"}],
+        [{"name": "gpu", "resourceClaimName": "p-c1-gpu"}],
+    ]
