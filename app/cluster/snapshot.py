@@ -186,22 +186,27 @@ class SnapshotClaimWriter:
             raise ClaimWriteError(f"resourceclaim {claim.key} no longer exists")
         return current
 
-    def _store(self, claim: ResourceClaim, what: str, **changes: Any) -> ResourceClaim:
-        version = int(claim.resource_version) + 1 if claim.resource_version.isdigit() else 1
+    def _store(self, claim: ResourceClaim, what: tuple[str, ...], **changes: Any) -> ResourceClaim:
+        """``claim`` after the writes ``what`` (one resourceVersion each), made as one copy."""
+        version = int(claim.resource_version) + len(what) if claim.resource_version.isdigit() else len(what)
         stored = replace(claim, resource_version=str(version), **changes)
-        self.writes.append((claim.key, what))
+        self.writes.extend((claim.key, write) for write in what)
         return stored
 
     async def allocate(self, claim: ResourceClaim, allocation: AllocationResult, pod: PodInfo) -> ResourceClaim:
         current = self._current(claim)
         if current.allocation is not None and current.allocation != allocation:
             raise ClaimWriteError(f"resourceclaim {claim.key} was allocated meanwhile by someone else")
-        if FINALIZER not in current.finalizers:
-            current = self._store(current, "finalizer", finalizers=(*current.finalizers, FINALIZER))
         reserved = current.reserved_for
         if all(r.uid != pod.uid for r in reserved):
             reserved = (*reserved, ResourceClaimConsumer("pods", pod.name, pod.uid))
-        return self._store(current, "status", allocation=allocation, reserved_for=reserved)
+        if FINALIZER in current.finalizers:
+            return self._store(current, ("status",), allocation=allocation, reserved_for=reserved)
+        # The finalizer, then the status: two writes, as PreBind makes them
+        finalizers = (*current.finalizers, FINALIZER)
+        return self._store(
+            current, ("finalizer", "status"), finalizers=finalizers, allocation=allocation, reserved_for=reserved
+        )
 
     async def reserve(self, claim: ResourceClaim, pod: PodInfo) -> ResourceClaim:
         current = self._current(claim)
@@ -210,7 +215,7 @@ class SnapshotClaimWriter:
         if any(r.uid == pod.uid for r in current.reserved_for):
             return current
         consumer = ResourceClaimConsumer("pods", pod.name, pod.uid)
-        return self._store(current, "status", reserved_for=(*current.reserved_for, consumer))
+        return self._store(current, ("status",), reserved_for=(*current.reserved_for, consumer))
 
     async def create(self, obj: dict[str, Any]) -> ResourceClaim:
         self._created += 1
@@ -239,13 +244,13 @@ class SnapshotClaimWriter:
         if remaining != current.reserved_for or deallocate:
             current = self._store(
                 current,
-                "status",
+                ("status",),
                 reserved_for=remaining,
                 allocation=None if deallocate else current.allocation,
                 device_statuses=() if deallocate else current.device_statuses,
             )
         if deallocate and FINALIZER in current.finalizers:
             current = self._store(
-                current, "finalizer", finalizers=tuple(f for f in current.finalizers if f != FINALIZER)
+                current, ("finalizer",), finalizers=tuple(f for f in current.finalizers if f != FINALIZER)
             )
         return current
