@@ -282,8 +282,9 @@ class ExtenderService:
                 subset = None if batch is None else batch.subset(keep, passed)
                 passed = self.resources.best_scored(pod, candidates.subset(passed), subset)
         else:
-            passed = verdicts.passed(names)
-            if batch is not None and batch.all_known:  # prioritize will ask about exactly these
+            known = batch is not None and batch.all_known
+            passed = verdicts.passed(names, self.cache.table.names_array(names) if known else None)
+            if batch is not None and known:  # prioritize will ask about exactly these
                 self.cache.table.remember(passed, batch.rows[keep])
                 go_layout.remember_node_names(wire.encode(passed), passed)
         failures = verdicts.reason_counts()

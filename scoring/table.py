@@ -76,6 +76,7 @@ class NodeTable:
         self._version = 0
         self._recent: list[tuple[int, list[str], npt.NDArray[np.intp]]] = []
         self._prefixes: list[tuple[int, Sequence[str], list[bytes]]] = []
+        self._name_arrays: list[tuple[list[str], npt.NDArray[np.object_] | None]] = []
 
     # ------------------------------------------------------------------ updates
     def _column(self) -> Int64Array:
@@ -295,6 +296,20 @@ class NodeTable:
         prefixes = list(map(self.host_prefix.__getitem__, rows.tolist()))
         self._prefixes = [(self._version, names, prefixes), *self._prefixes[: _RECALL_SLOTS - 1]]
         return prefixes
+
+    def names_array(self, names: list[str]) -> npt.NDArray[np.object_] | None:
+        """``names`` as an object array, for a list asked about before (filter's input, the same for
+        every pod): the survivors are picked from it in a third of the time a list takes. None the
+        first time (making the array costs more than it saves once). Names only: valid whatever rows
+        change."""
+        for index, (kept, array) in enumerate(self._name_arrays):
+            if kept is names:
+                if array is None:
+                    array = np.array(names, dtype=object)
+                    self._name_arrays[index] = (kept, array)
+                return array
+        self._name_arrays = [(names, None), *self._name_arrays[: _RECALL_SLOTS - 1]]
+        return None
 
     def remember(self, names: list[str], rows: npt.NDArray[np.intp]) -> None:
         """Keep ``names`` (all known, no repeats) with their rows for the next requests."""
