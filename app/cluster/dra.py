@@ -353,7 +353,10 @@ class DraState:
     def shared_view(self, pod_uid: str = "") -> SharedView:
         """Shares of devices held by claims and by other pods' in-flight binds (the allocator's
         ``SharedDevices``), the pod's own leftover special claims left out as in ``allocated_view``."""
-        return SharedView(self._claim_shares, self._inflight_shares, pod_uid, self.special_claims_of(pod_uid))
+        own = self.special_claims_of(pod_uid)
+        # A pod holding nothing itself sees every holder: the totals kept as devices change hands say it all.
+        totals = self._held if not own and pod_uid not in self.inflight else None
+        return SharedView(self._claim_shares, self._inflight_shares, pod_uid, own, totals)
 
     def shares(self, device: DeviceID) -> list[dict[str, Any]]:
         """Who holds which share of a device, for /debug."""

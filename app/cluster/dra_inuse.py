@@ -26,6 +26,8 @@ __all__ = [
 ]
 
 Shares = dict[DeviceID, dict[tuple[str, str], Mapping[str, Fraction] | None]]  # device -> (holder, shareID) -> consumed
+# A device's holding: held whole, its shares, their summed consumedCapacity (``dra_extended.Held``)
+HeldTotals = tuple[bool, int, Mapping[str, Fraction] | None]
 DeviceShares = Mapping[tuple[str, str], Mapping[str, Fraction] | None]  # one device's: (holder, shareID) -> consumed
 
 
@@ -147,6 +149,9 @@ class SharedView:
     inflight: Shares
     pod_uid: str
     own_claims: frozenset[str] = frozenset()  # claim keys whose shares do not count against this pod
+    # How each device is held, counted as devices change hands (``DraState``): for a pod that holds
+    # nothing itself, a device's shares and their sum, read instead of summed on every look.
+    totals: Mapping[DeviceID, HeldTotals] | None = None
 
     def _claimed(self, device: object) -> Iterator[Mapping[str, Fraction] | None]:
         for (holder, _), consumed in (self.claimed.get(device) or {}).items():  # type: ignore[call-overload]
@@ -160,6 +165,9 @@ class SharedView:
                 yield consumed
 
     def __contains__(self, device: object) -> bool:
+        if self.totals is not None:
+            found = self.totals.get(device)  # type: ignore[call-overload]
+            return found is not None and found[1] > 0
         return any(True for _ in self._claimed(device)) or any(True for _ in self._inflight_others(device))
 
     def __bool__(self) -> bool:
@@ -170,6 +178,9 @@ class SharedView:
         )
 
     def consumed(self, device: DeviceID) -> Mapping[str, Fraction] | None:
+        if self.totals is not None:
+            found = self.totals.get(device)
+            return None if found is None else found[2]
         total: dict[str, Fraction] | None = None
         for consumed in [*self._claimed(device), *self._inflight_others(device)]:
             if consumed is None:

@@ -15,7 +15,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from allocator import AllocationError
+from allocator import AllocationError, DeviceID
+from app.cluster.dra_inuse import SharedView
 from app.cluster.objects import claim_from_obj, pod_from_obj
 from app.pipeline.dynamicresources import DynamicResources, PodClaims
 from tests.conftest import DRIVER, claim_obj, device_class_obj, make_service, node_obj, pod_obj, slice_obj, with_claims
@@ -248,5 +249,10 @@ def test_the_kept_counts_follow_every_change(
             assert fast is not None and fast.decided.all()
             allocator = dra.allocator(pod.uid)
             assert fast.passes.tolist() == [dra.filter(allocator, claims, n)[0].passed for n in names]
+            # The allocator reads the shares' totals kept as devices change hands: they are the sums.
+            view, summed = state.shared_view(pod.uid), SharedView(state._claim_shares, state._inflight_shares, pod.uid)
+            assert view.totals is not None
+            for device in (DeviceID(DRIVER, node, f"d{i}") for node in names for i in range(3)):
+                assert (device in view, view.consumed(device)) == (device in summed, summed.consumed(device))
     finally:
         dra_fast._LOG_MIN = kept

@@ -125,6 +125,10 @@ def test_in_flight_shares_count_for_other_pods_only() -> None:
     shared = dra.shared_view(pod_a["metadata"]["uid"])
     device = DeviceID(DRIVER, "g1", "gpu-0")
     assert device not in shared  # its own in-flight share does not count against the pod
+    assert shared.totals is None  # (so it cannot read the kept totals, which count it)
+    other = dra.shared_view("uid-of-another-pod")
+    assert other.totals is not None and device in other
+    assert other.consumed(device) == {"memory": 30 * 2**30}  # the in-flight share, from the totals
     assert not passes(service, with_claims(pod_obj("p2"), "b"))  # but it does against others
     dra.end(pod_a["metadata"]["uid"])
     assert passes(service, with_claims(pod_obj("p2"), "b"))
