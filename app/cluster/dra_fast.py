@@ -55,7 +55,7 @@ IntArray = npt.NDArray[np.int64]
 
 
 def _integral(value: Fraction) -> bool:
-    return value.denominator == 1 and abs(value) < _LIMIT
+    return value.denominator == 1 and -_LIMIT < value.numerator < _LIMIT  # (ints: no Fraction arithmetic)
 
 
 @dataclass
@@ -249,6 +249,9 @@ def build_table(
         rows.extend((i, device_id, device) for device_id, device in devices)
     names = sorted({name for _, _, device in rows for name in device.capacity})
     signatures: dict[tuple[object, ...], int] = {}
+    # Devices parsed once and published on many nodes share their capacity map: hashed once (the
+    # maps stay alive in ``rows`` while this runs, so their ids are theirs).
+    by_map: dict[int, int] = {}
     table = DeviceTable(
         nodes=nodes,
         simple=simple,
@@ -268,11 +271,14 @@ def build_table(
             column = names.index(name)
             table.value[r, column] = int(capacity.value)
             table.has[r, column] = True
-        signature = tuple(sorted(device.capacity.items()))
-        index = signatures.get(signature)
+        index = by_map.get(id(device.capacity))
         if index is None:
-            index = signatures[signature] = len(table._capacities)
-            table._capacities.append(device)
+            signature = tuple(sorted(device.capacity.items()))
+            index = signatures.get(signature)
+            if index is None:
+                index = signatures[signature] = len(table._capacities)
+                table._capacities.append(device)
+            by_map[id(device.capacity)] = index
         table._signatures.append(index)
         table.update(device_id, holders(device_id))
     return table
