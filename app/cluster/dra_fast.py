@@ -51,6 +51,7 @@ Held = tuple[bool, int, Mapping[str, Fraction] | None]  # as app.cluster.dra_ext
 _LIMIT = 2**53
 _LOG_MIN = 4096  # changes kept for ``DeviceTable.counts`` at least (more on tables with more devices)
 _FEW = 32
+_ONE_BY_ONE = 4  # changed rows judged one by one (pure Python) up to this many
 IntArray = npt.NDArray[np.int64]
 
 
@@ -149,16 +150,23 @@ class DeviceTable:
         else:
             ok, counts, seen = kept
             if seen < logged:
-                pending = self._changed[seen - self._changed_before :]
-                changed = np.array(sorted(set(pending)), dtype=np.intp)  # few: cheaper than np.unique
-                now = self._qualifies(serves, need, changed)
-                delta = now.astype(np.int64) - ok[changed]
-                if len(changed) > _FEW:
-                    np.add.at(counts, self.node_of[changed], delta)
+                pending = set(self._changed[seen - self._changed_before :])
+                if len(pending) <= _ONE_BY_ONE:
+                    for row in pending:  # a bind's device or two: element reads beat a dozen array calls
+                        qualifies = self._qualifies_row(serves, need, row)
+                        if qualifies != ok[row]:
+                            ok[row] = qualifies
+                            counts[self.node_of[row]] += 1 if qualifies else -1
                 else:
-                    for node, step in zip(self.node_of[changed].tolist(), delta.tolist(), strict=True):
-                        counts[node] += step  # few rows: cheaper than np.add.at
-                ok[changed] = now
+                    changed = np.array(sorted(pending), dtype=np.intp)  # few: cheaper than np.unique
+                    now = self._qualifies(serves, need, changed)
+                    delta = now.astype(np.int64) - ok[changed]
+                    if len(changed) > _FEW:
+                        np.add.at(counts, self.node_of[changed], delta)
+                    else:
+                        for node, step in zip(self.node_of[changed].tolist(), delta.tolist(), strict=True):
+                            counts[node] += step  # few rows: cheaper than np.add.at
+                    ok[changed] = now
         self._counted[key] = (ok, counts, logged)
         view = counts.view()
         view.flags.writeable = False
@@ -171,6 +179,13 @@ class DeviceTable:
         fits = (np.where(self.has[rows], need[rows] + self.used[rows], 0) <= self.value[rows]).all(axis=1)
         qualifies: npt.NDArray[np.bool_] = serves[rows] & ~self.held_whole[rows] & fits
         return qualifies
+
+    def _qualifies_row(self, serves: npt.NDArray[np.bool_], need: IntArray, row: int) -> bool:
+        """``_qualifies`` of one row, element by element."""
+        if not serves[row] or self.held_whole[row]:
+            return False
+        has, value, used, wanted = self.has[row], self.value[row], self.used[row], need[row]
+        return all((wanted[c] + used[c] if has[c] else 0) <= value[c] for c in range(len(self.names)))
 
     def update(self, device: DeviceID, held: Held) -> None:
         row = self.rows.get(device)

@@ -192,17 +192,47 @@ def test_allocations_update_the_table_in_place() -> None:
     assert fast is not None and bool(fast.passes[0])  # the share given back: the kept counts follow
 
 
+def test_a_device_too_small_for_the_request_stays_out_when_its_holders_change() -> None:
+    # d1 has no mem capacity: it can never serve the request; d0 is full. When d1's shares come and
+    # go, the kept count for n0 is judged again device by device, and must still leave d1 out.
+    devices = [
+        {"name": "d0", "allowMultipleAllocations": True, "capacity": {"mem": {"value": "8"}}},
+        {"name": "d1", "allowMultipleAllocations": True, "capacity": {"cores": {"value": "3"}}},
+    ]
+    service = make_service(
+        [node_obj("n0", gpus=None)], dra=[device_class_obj(), slice_obj("n0-slice", devices, node="n0")]
+    )
+    state = service.cache.dra
+    request = claim_obj("mine")
+    request["spec"]["devices"]["requests"][0]["exactly"]["capacity"] = {"requests": {"mem": "4"}}
+    state.upsert_claim(claim_from_obj(request))
+    state.upsert_claim(claim_from_obj(allocated("full", "n0", [("d0", 6)])))
+    pod = pod_from_obj(with_claims(pod_obj("p"), "mine"))
+    dra = DynamicResources(state)
+    claims = dra.prefilter(pod)
+    assert isinstance(claims, PodClaims)
+    for step in range(3):
+        fast = dra.fast_filter(pod, claims, ["n0"])
+        assert fast is not None and bool(fast.decided[0]) and not fast.passes[0], step
+        assert not dra.filter(dra.allocator(pod.uid), claims, "n0")[0].passed
+        if step == 0:
+            state.upsert_claim(claim_from_obj(allocated("small", "n0", [("d1", None)])))
+        else:
+            for key in [k for k in state.claims if k.endswith("/small")]:
+                state.delete_claim(key)
+
+
 @st.composite
-def changes(draw: st.DrawFn) -> list[list[tuple[str, list[int], int]]]:
+def changes(draw: st.DrawFn) -> list[list[tuple[str, list[int], int | None]]]:
     """Rounds of changes between two filters: a claim allocated on some of n0's shared devices
-    ("add", devices, mem) or one taken off ("delete", [which], 0)."""
+    ("add", devices, mem; None: each device held whole) or one taken off ("delete", [which], 0)."""
     rounds = []
     for _ in range(draw(st.integers(1, 12))):
-        steps: list[tuple[str, list[int], int]] = []
+        steps: list[tuple[str, list[int], int | None]] = []
         for _ in range(draw(st.integers(1, 6))):
             if draw(st.integers(0, 2)):
                 devices = sorted(draw(st.sets(st.integers(0, 2), min_size=1, max_size=3)))
-                steps.append(("add", devices, draw(st.integers(0, 5))))
+                steps.append(("add", devices, draw(st.one_of(st.integers(0, 5), st.none()))))
             else:
                 steps.append(("delete", [draw(st.integers(0, 30))], 0))
         rounds.append(steps)
@@ -212,7 +242,7 @@ def changes(draw: st.DrawFn) -> list[list[tuple[str, list[int], int]]]:
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(changes(), st.integers(1, 4), st.integers(1, 2), st.sampled_from([1, 4096]))
 def test_the_kept_counts_follow_every_change(
-    rounds: list[list[tuple[str, list[int], int]]], mem: int, count: int, log: int
+    rounds: list[list[tuple[str, list[int], int | None]]], mem: int, count: int, log: int
 ) -> None:
     """``DeviceTable.counts`` judges again only the devices in its change log; with a log short enough
     to be trimmed all the time (1) or never (4096), the fast path answers as the allocator after
