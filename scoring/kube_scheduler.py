@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from scoring.framework import MAX_EXTENDER_PRIORITY, MAX_NODE_SCORE, MIN_NODE_SCORE, NodeInfo, PodInfo, ScorePlugin
 from scoring.table import Batch, Int64Array
@@ -110,7 +111,7 @@ def select_host_batch(names: Sequence[str], totals: Int64Array, choose: Callable
     """``select_host`` over an array of totals (the same ties, in the same order, for ``choose``)."""
     if not names:
         raise ValueError("no nodes to choose from")
-    ties = (totals == totals.max()).nonzero()[0].tolist()
+    ties = (totals == totals.max()).nonzero()[0]
     return names[ties[0]] if len(ties) == 1 else choose(_Tied(names, ties))
 
 
@@ -119,14 +120,14 @@ class _Tied(Sequence[str]):
 
     __slots__ = ("_names", "_ties")
 
-    def __init__(self, names: Sequence[str], ties: list[int]) -> None:
+    def __init__(self, names: Sequence[str], ties: npt.NDArray[np.intp]) -> None:
         self._names, self._ties = names, ties
 
     def __len__(self) -> int:
         return len(self._ties)
 
     def __getitem__(self, index: int) -> str:  # type: ignore[override]  # no slices: choose reads one
-        return self._names[self._ties[index]]
+        return self._names[int(self._ties[index])]
 
     def __iter__(self) -> Iterator[str]:
-        return map(self._names.__getitem__, self._ties)
+        return map(self._names.__getitem__, self._ties.tolist())
