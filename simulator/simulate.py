@@ -34,6 +34,7 @@ from app.cluster.objects import NodeObject, pod_from_obj
 from app.cluster.snapshot import SnapshotBinder, SnapshotClaimWriter
 from app.config import ExtenderConfiguration
 from app.http import go_layout
+from app.http.wire import WireError
 from app.service import ExtenderService
 from scoring.framework import PodInfo
 from scoring.kube_scheduler import select_host_batch
@@ -245,8 +246,11 @@ class _Scheduler:
             self.cache.dra.upsert_claim(claim)
         node = await self._schedule(pod)
         if node is None:
-            info = self.service.pod_info(pod.body)  # parsed by the filter call
-            if not info.queue_labels and not info.pod_group:  # (fair shares and gangs: not by room alone)
+            try:
+                info = self.service.pod_info(pod.body)  # parsed by the filter call
+            except WireError:  # a pod the filter could not read: refused, not remembered
+                info = None
+            if info is not None and not info.queue_labels and not info.pod_group:  # (fair shares, gangs)
                 self.unschedulable.failed(key)
             if claim is not None:
                 self.cache.dra.delete_claim(claim.key)

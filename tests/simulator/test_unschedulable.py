@@ -125,3 +125,12 @@ def test_pods_of_a_queue_or_a_pod_group_are_always_filtered(tmp_path: Path, monk
         calls = _filters(monkeypatch)
         result = simulate("random", load_config(None), nodes, labelled, sharing="none")
         assert result.failed[KIND_ONE_GPU] == 3 and len(calls) == 4, label
+
+
+def test_a_pod_the_filter_cannot_read_fails_without_stopping_the_run(tmp_path: Path) -> None:
+    nodes, pods = trace(tmp_path, "a,8000,16384,1,T4\n", "p,1000,1024,1,1000,,LS,Running,0,,0\n")
+    body = msgspec.json.decode(pods[0].body)
+    body["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "lots"
+    broken = replace(pods[0], body=msgspec.json.encode(body))
+    result = simulate("random", load_config(None), nodes, [broken, broken, pods[0]], sharing="none")
+    assert result.failed[KIND_ONE_GPU] == 2 and result.placed[KIND_ONE_GPU] == 1
