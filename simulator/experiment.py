@@ -15,8 +15,9 @@ from typing import Any, Protocol, TypeVar
 
 from app.config import ExtenderConfiguration
 from simulator.metrics import CHECKPOINTS, KINDS
+from simulator.result import LEFTOVER_SHOWN, PolicyResult
 from simulator.schedconfig import SchedulerConfig
-from simulator.simulate import LEFTOVER_SHOWN, PolicyResult, simulate
+from simulator.simulate import simulate
 from simulator.trace import SimNode, SimPod
 
 __all__ = ["Experiment", "Run", "run_pool", "summarise"]
