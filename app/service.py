@@ -281,12 +281,12 @@ class ExtenderService:
                 passed = verdicts.passed(names)
                 subset = None if batch is None else batch.subset(keep, passed)
                 passed = self.resources.best_scored(pod, candidates.subset(passed), subset)
+        elif batch is not None and batch.all_known:  # prioritize will ask about exactly these
+            passed = verdicts.passed(names, self.cache.table.names_array(names))
+            self.cache.table.remember(passed, batch.rows[keep])
+            go_layout.remember_node_names(wire.encode(passed), passed)
         else:
-            known = batch is not None and batch.all_known
-            passed = verdicts.passed(names, self.cache.table.names_array(names) if known else None)
-            if batch is not None and known:  # prioritize will ask about exactly these
-                self.cache.table.remember(passed, batch.rows[keep])
-                go_layout.remember_node_names(wire.encode(passed), passed)
+            passed = verdicts.passed(names)
         failures = verdicts.reason_counts()
         for reason, count in failures.items():
             self.metrics.filter_failure(reason).inc(count)
