@@ -77,6 +77,12 @@ def test_a_deletion_frees_room_for_a_shape_that_failed_before(tmp_path: Path) ->
         assert result.failed[KIND_ONE_GPU] == 1 and result.placed[KIND_ONE_GPU] == 2
 
 
+def _labelled(pod: SimPod, labels: dict[str, str]) -> SimPod:
+    body = msgspec.json.decode(pod.body)
+    body["metadata"]["labels"] = labels
+    return replace(pod, body=msgspec.json.encode(body))
+
+
 def _pod(tmp_path: Path, row: str) -> SimPod:
     _, pods = trace(tmp_path, "a,8000,16384,1,T4\n", row)
     return sharing.with_claim(pods[0])
@@ -95,9 +101,7 @@ def test_the_shape_leaves_out_names_and_keeps_every_demand(tmp_path: Path) -> No
     ]
     shapes = {shape(_pod(tmp_path, row)) for row in others}
     assert len(shapes) == len(others) and shape(base) not in shapes
-    body = msgspec.json.decode(base.body)
-    body["metadata"]["labels"] = {"queue": "team-a"}
-    labelled = replace(base, body=msgspec.json.encode(body))
+    labelled = _labelled(base, {"queue": "team-a"})
     assert shape(labelled) != shape(base)
     assert shape(replace(base, namespace="other")) != shape(base)
 
@@ -117,11 +121,7 @@ def test_pods_of_a_queue_or_a_pod_group_are_always_filtered(tmp_path: Path, monk
         tmp_path, "a,8000,16384,1,T4\n", "".join(f"p{i},1000,1024,1,1000,,LS,Running,{i},,{i}\n" for i in range(4))
     )
     for label in ("kueue.x-k8s.io/queue-name", "kueue.x-k8s.io/pod-group-name"):
-        labelled = []
-        for pod in pods:
-            body = msgspec.json.decode(pod.body)
-            body["metadata"]["labels"] = {label: "a"}
-            labelled.append(replace(pod, body=msgspec.json.encode(body)))
+        labelled = [_labelled(pod, {label: "a"}) for pod in pods]
         calls = _filters(monkeypatch)
         result = simulate("random", load_config(None), nodes, labelled, sharing="none")
         assert result.failed[KIND_ONE_GPU] == 3 and len(calls) == 4, label
