@@ -126,6 +126,9 @@ class ClusterCache:
         # times (assume, devices in flight, the claim written) rebuilds it once, and requests still
         # find the snapshots built.
         self._stale: dict[str, None] = {}
+        # Nodes whose snapshot a read of one node rebuilt, and whose table row waits for the next read
+        # of the table: a bind reads the node it has just assumed on, then changes it again.
+        self._unrowed: dict[str, None] = {}
         self._rebuild_on: asyncio.AbstractEventLoop | None = None  # the loop a rebuild is scheduled on
         self.dra = DraState(clock=clock, inflight_ttl=assume_ttl)  # DRA objects and devices in use
         self.dra.listener = self._extended_changed  # DRA devices counted as extended resources
@@ -155,14 +158,20 @@ class ClusterCache:
     @property
     def table(self) -> NodeTable:
         """Every node's snapshot as columns (``scoring/table.py``), up to date."""
-        if self._stale:
+        if self._stale or self._unrowed:
             self._rebuild_stale()
         return self._table
 
     def node_info(self, name: str) -> NodeInfo | None:
         """The immutable snapshot of a known node (allocatable + usage)."""
         if name in self._stale:
-            self._rebuild_stale()
+            node = self.nodes.get(name)
+            if node is None:
+                self._rebuild_stale()
+            else:  # this node's snapshot only; its row waits for the next read of the table
+                del self._stale[name]
+                self._snapshots[name] = self._build(name, node.allocatable)
+                self._unrowed[name] = None
         return self._snapshots.get(name)
 
     def allocatable(self, name: str) -> Mapping[str, int] | None:
@@ -227,6 +236,7 @@ class ClusterCache:
         self._publish(NodeChanged(name, None))
         self.dra.delete_node(name)
         self._stale.pop(name, None)
+        self._unrowed.pop(name, None)
         self._snapshots.pop(name, None)
         self._table.remove(name)
 
@@ -437,11 +447,15 @@ class ClusterCache:
 
     def _scheduled_rebuild(self) -> None:
         self._rebuild_on = None
-        if self._stale:
+        if self._stale or self._unrowed:
             self._rebuild_stale()
 
     def _rebuild_stale(self) -> None:
         stale, self._stale = self._stale, {}
+        unrowed, self._unrowed = self._unrowed, {}
+        for name in unrowed:
+            if name not in stale:
+                self._table.upsert(self._snapshots[name])
         for name in stale:
             node = self.nodes.get(name)
             if node is None:

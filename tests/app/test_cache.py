@@ -235,6 +235,33 @@ def test_snapshots_are_rebuilt_once_per_event_loop_step_and_on_read() -> None:
     assert cache.node_info("g1").requested["nvidia.com/gpu"] == 1  # type: ignore[union-attr]
 
 
+def test_a_read_of_one_stale_node_leaves_its_table_row_to_the_next_read_of_the_table() -> None:
+    """``node_info`` rebuilds the one node it is asked about, not its row: the row is written when the
+    table is next read, from the snapshot as it then is (changed again meanwhile: rebuilt once more)."""
+    cache = ClusterCache()
+    for name in ("g1", "g2"):
+        cache.upsert_node(node_from_obj(node_obj(name, gpus=8)))
+    table = cache.table
+    stamps = {name: int(table.stamps[table.index[name]]) for name in ("g1", "g2")}
+    cache.assume(pod_from_obj(pod_obj("q", gpus=1, uid="q")), "g1")
+    cache.assume(pod_from_obj(pod_obj("r", gpus=2, uid="r")), "g2")
+    assert cache.node_info("g1").requested["nvidia.com/gpu"] == 1  # type: ignore[union-attr]
+    assert int(cache._table.stamps[table.index["g1"]]) == stamps["g1"]  # the row is not written yet
+    assert cache.node_info("g2").requested["nvidia.com/gpu"] == 2  # type: ignore[union-attr]
+    cache.assume(pod_from_obj(pod_obj("s", gpus=4, uid="s")), "g2")  # g2 changes again after the read
+    table = cache.table
+    for name, held in (("g1", 1), ("g2", 6)):
+        assert int(table.stamps[table.index[name]]) > stamps[name]
+        assert int(table.requested["nvidia.com/gpu"][table.index[name]]) == held
+        assert cache.node_info(name).requested["nvidia.com/gpu"] == held  # type: ignore[union-attr]
+    assert (cache._stale, cache._unrowed) == ({}, {})
+    cache.delete_node("g1")  # a node read, then deleted before the table was: no row is written for it
+    cache.assume(pod_from_obj(pod_obj("t", gpus=1, uid="t")), "g2")
+    cache.node_info("g2")
+    cache.delete_node("g2")
+    assert "g2" not in cache.table.index
+
+
 def test_pods_and_nodes_removed_from_the_cache_leave_no_cycles() -> None:
     """The service freezes the cache once it is listed (app/runtime.py): frozen objects are never
     collected as cycles, so what the watches remove must be freed by reference counting alone."""
