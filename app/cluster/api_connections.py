@@ -56,6 +56,7 @@ class _Connection(asyncio.Protocol):
         self.chunks: list[bytes] = []
         self.reusable = True
         self.idle_since = 0.0
+        self.deadline = 0.0  # the event loop's time by which the answer must have come
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -104,6 +105,11 @@ class _Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
+    def expire(self, timeout: float) -> None:
+        """The answer did not come within ``timeout`` seconds: the waiter gets a ``TimeoutError``."""
+        self._fail(TimeoutError(f"no answer within {timeout:g} s"))
+        self.close()
+
     def _fail(self, exc: Exception) -> None:
         self.reusable = False
         if self.waiter is not None and not self.waiter.done():
@@ -134,6 +140,9 @@ class ApiConnections:
         fixed = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
         self._fixed = f"Host: {parts.netloc.rpartition('@')[2]}\r\n{fixed}".encode("latin-1")
         self._idle: list[_Connection] = []
+        self._busy: dict[_Connection, None] = {}  # waiting for an answer, oldest first
+        self._expiry: asyncio.TimerHandle | None = None  # set for the nearest of their deadlines
+        self._expiry_at = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None  # the connections' loop
 
     async def post(self, path: str, body: bytes, authorization: tuple[str, str] | None = None) -> Answer:
@@ -145,16 +154,27 @@ class ApiConnections:
         loop = asyncio.get_running_loop()
         if loop is not self._loop:  # a client used again under a new event loop: the old one's are gone
             self._idle.clear()
+            self._busy.clear()
+            self._expiry = None
             self._loop = loop
-        connection: _Connection | None = None
+        deadline = loop.time() + self.timeout
+        connection = self._take()
         try:
-            async with asyncio.timeout(self.timeout):
-                connection = self._take() or await self._open()
-                answer = await connection.send(request)
+            if connection is None:
+                async with asyncio.timeout_at(deadline):
+                    connection = await self._open()
+            connection.deadline = deadline
+            self._busy[connection] = None
+            if self._expiry is None or deadline < self._expiry_at:  # (later than the one set: the common case)
+                self._expire_at(deadline)
+            answer = await connection.send(request)
         except BaseException:
             if connection is not None:
                 connection.close()  # an unfinished exchange: its answer may still come
             raise
+        finally:
+            if connection is not None:
+                self._busy.pop(connection, None)
         if connection.reusable:
             connection.idle_since = self.clock()
             self._idle.append(connection)
@@ -162,6 +182,27 @@ class ApiConnections:
             connection.close()
         self._drop_stale()
         return answer
+
+    def _expire(self) -> None:
+        """Fail the exchanges past their deadline (their connections are not used again) and set the
+        timer for the next one: one timer for every exchange in flight, not one per request."""
+        assert self._loop is not None
+        self._expiry = None
+        now, nearest = self._loop.time(), None
+        for connection in list(self._busy):
+            if connection.deadline <= now:
+                del self._busy[connection]
+                connection.expire(self.timeout)
+            elif nearest is None or connection.deadline < nearest:
+                nearest = connection.deadline
+        if nearest is not None:
+            self._expire_at(nearest)
+
+    def _expire_at(self, deadline: float) -> None:
+        assert self._loop is not None
+        if self._expiry is not None:
+            self._expiry.cancel()
+        self._expiry, self._expiry_at = self._loop.call_at(deadline, self._expire), deadline
 
     def close(self) -> None:
         for connection in self._idle:

@@ -207,6 +207,34 @@ def test_a_late_answer_times_out_and_its_connection_is_not_used_again() -> None:
     assert stub.connections == 2
 
 
+def test_each_exchange_in_flight_times_out_at_its_own_deadline() -> None:
+    """One timer serves every exchange in flight: an answer that comes in time is taken, and one sent
+    later that does not come fails once its own timeout has passed, not at the first one's deadline."""
+    release = asyncio.Event()
+
+    async def answer(request: Request, index: int) -> bytes | None:
+        if request.line.startswith("POST /late"):
+            await release.wait()
+        return CREATED
+
+    async def body(stub: Stub, url: str) -> None:
+        loop = asyncio.get_running_loop()
+        long = ApiConnections(url, None, 0.6, {"Content-Type": "application/json"})
+        first = asyncio.create_task(long.post("/prompt", b"{}"))
+        await asyncio.sleep(0.2)
+        sent = loop.time()
+        late = asyncio.create_task(long.post("/late", b"{}"))
+        assert (await first).status == 201
+        with pytest.raises(TimeoutError):
+            await late
+        assert loop.time() - sent >= 0.6  # its own deadline, not the first exchange's (0.4 s after it was sent)
+        release.set()
+        assert (await long.post("/prompt", b"{}")).status == 201
+        long.close()
+
+    run(answer, body)
+
+
 def test_a_connection_idle_too_long_is_closed_not_reused() -> None:
     now = [0.0]
 
