@@ -68,6 +68,9 @@ class NodeTable:
         # Per row, the node's labels (NodeInfo.labels); ``label_codes`` turns one key into a column,
         # computed again only after some row's labels changed (``_labels_version``).
         self.labels: list[Mapping[str, str]] = []
+        # Per row, the snapshot it was written from (None for a free row): what the plugins' scalar
+        # definitions read where a request scores one or two rows (``scoring.profile``).
+        self.nodes: list[NodeInfo | None] = []
         self._labels_version = 0
         self._label_codes: dict[str, tuple[int, Int64Array, tuple[str, ...]]] = {}
         # Recent name lists and their rows. kube-scheduler sends the same candidates again (rotated
@@ -119,6 +122,7 @@ class NodeTable:
                 self.host_prefix.append(b"")
                 self.name_key.append(b"")
                 self.labels.append({})
+                self.nodes.append(None)
             self.index[name] = row
             self._version += 1
             self._labels_version += 1
@@ -207,6 +211,7 @@ class NodeTable:
         if self.labels[row] is not node.labels and self.labels[row] != node.labels:
             self._labels_version += 1
         self.labels[row] = node.labels
+        self.nodes[row] = node
 
     def remove(self, name: str) -> None:
         row = self.index.pop(name, None)
@@ -216,6 +221,7 @@ class NodeTable:
             self._stamp += 1
             self._labels_version += 1
             self.labels[row] = {}
+            self.nodes[row] = None
             self.shapes.clear(row)
 
     def label_codes(self, key: str) -> tuple[Int64Array, tuple[str, ...]]:

@@ -169,7 +169,8 @@ def test_memoised_profile_follows_every_update(
 
 def test_a_profile_whose_plugin_cannot_batch_the_rows_leaves_them_to_the_scalar_path() -> None:
     """More resource types than ScarceResourceAvoidance has bits: its ``score_rows`` gives None, and so
-    does the profile (the caller then scores node by node) instead of a memo of wrong scores."""
+    does the profile (the caller then scores node by node) instead of a memo of wrong scores. One or two
+    rows are scored by the scalar definitions anyway, right whatever the bits."""
     profile = Profile(
         [],
         [
@@ -184,10 +185,15 @@ def test_a_profile_whose_plugin_cannot_batch_the_rows_leaves_them_to_the_scalar_
     assert profile.node_scores_batch(pod, batch) is not None
     crowded = NodeTable(capacity=2)
     allocatable = {"cpu": 8000, **{f"example.com/r{i}": 1 for i in range(70)}}
-    crowded.upsert(NodeInfo(name="a", allocatable=allocatable, allocatable_types=frozenset(allocatable)))
-    batch = crowded.batch(["a"])
+    nodes = [NodeInfo(name=n, allocatable=allocatable, allocatable_types=frozenset(allocatable)) for n in "abc"]
+    for node in nodes:
+        crowded.upsert(node)
+    batch = crowded.batch(["a", "b", "c"])
     assert batch is not None and crowded.type_overflow
     assert profile.node_scores_batch(pod, batch) is None
+    one = crowded.batch(["b"])
+    assert one is not None
+    assert profile.node_scores_batch(pod, one).tolist() == [profile.score(pod, nodes[1]).node_score]  # type: ignore[union-attr]
 
 
 @settings(max_examples=60, deadline=None)
@@ -245,3 +251,44 @@ def test_signatures_are_canonical_and_take_any_amount() -> None:
     table = table_of(huge, replace(huge, name="i"), one)
     ids = table.shapes.ids
     assert ids[table.index["h"]] == ids[table.index["i"]] != ids[table.index["a"]]
+
+
+def test_one_or_two_rows_written_since_are_scored_by_the_scalar_definitions() -> None:
+    """After a bind or two the memo scores the written rows again: with one or two of them the profile
+    asks the plugins' scalar ``score`` (from the snapshots the rows were written from), with more the
+    batch twins; the scores are the scalar ones either way."""
+    calls = {"rows": 0, "scalar": 0}
+
+    class Spy(BestFit):
+        def score_rows(self, key, rows):  # type: ignore[no-untyped-def]
+            calls["rows"] += 1
+            return super().score_rows(key, rows)
+
+        def score(self, pod, node):  # type: ignore[no-untyped-def]
+            calls["scalar"] += 1
+            return super().score(pod, node)
+
+    profile = Profile([], [ScorePluginSpec(Spy(BestFitArgs.parse(None)), 1)])
+    pod = PodInfo("u", "ns", "p", PodResources({"cpu": 1000}, 1000, 0))
+    nodes = {name: cpu_node(name, 8000, used=used) for name, used in (("a", 0), ("b", 1000), ("c", 2000), ("d", 3000))}
+    table = table_of(*nodes.values())
+
+    def scored() -> list[int]:
+        batch = table.batch(list(nodes))
+        assert batch is not None
+        scores = profile.node_scores_batch(pod, batch)
+        assert scores is not None
+        assert scores.tolist() == [profile.score(pod, node).node_score for node in nodes.values()]
+        return scores.tolist()
+
+    scored()
+    assert calls == {"rows": 1, "scalar": 4}  # 4 from the check above, none from the profile
+    for written in (["a"], ["b", "c"], ["a", "b", "d"]):
+        for name in written:
+            nodes[name] = cpu_node(name, 8000, used=500 + 1000 * len(written))
+            table.upsert(nodes[name])
+        before = dict(calls)
+        scored()
+        batch_calls = calls["rows"] - before["rows"]
+        scalar_calls = calls["scalar"] - before["scalar"] - len(nodes)  # less the check's
+        assert (batch_calls, scalar_calls) == ((0, len(written)) if len(written) <= 2 else (1, 0))
