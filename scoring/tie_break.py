@@ -39,12 +39,14 @@ import numpy.typing as npt
 from scoring.devices import pod_devices
 from scoring.framework import MILLI_DEVICES, ArgsError, NodeInfo, PodInfo, reject_unknown_fields
 from scoring.intree import most_requested_score, most_requested_score_batch
+from scoring.row_memo import RowMemo
 from scoring.table import Batch, Int64Array, NodeTable
 
 IntpArray = npt.NDArray[np.intp]
 
 __all__ = [
     "NATIVE_RESOURCES",
+    "MostAllocatedKeys",
     "NameRanks",
     "TieBreak",
     "TiePick",
@@ -155,6 +157,37 @@ def most_allocated_batch(
         total_scores = score if total_scores is None else total_scores + score
         asked += 1
     return None if total_scores is None else total_scores // asked
+
+
+class _Overflow(Exception):
+    """An amount too large for int64: the caller works node by node."""
+
+
+class MostAllocatedKeys:
+    """``most_allocated_batch`` at the tied positions of a batch, kept per table row while the row is
+    unchanged (``scoring.row_memo``) and the pod's demand is the same. Why: the best nodes of a pod
+    are often hundreds of nodes in one state (a cluster's empty nodes of a kind), and gathering their
+    columns for every pod cost more than reading the kept keys."""
+
+    def __init__(self) -> None:
+        self._memo = RowMemo()
+
+    def at(self, pod: PodInfo, batch: Batch, resources: Sequence[str], positions: IntpArray) -> Int64Array | None:
+        """``most_allocated_batch(pod, batch, resources, at=positions)``."""
+        demands = [pod_devices(pod, resource) for resource in resources]
+        key = ("mostAllocated", tuple(resources), tuple(d.total if d.count else -1 for d in demands))
+
+        def compute(rows: Batch) -> Int64Array:
+            keys = most_allocated_batch(pod, rows, resources)
+            if keys is None:
+                raise _Overflow
+            return keys
+
+        try:
+            kept = self._memo.get(key, batch, compute)
+        except _Overflow:
+            return None
+        return kept[positions]
 
 
 def lowest_name(best: Sequence[bool], names: Sequence[str]) -> list[bool]:

@@ -28,6 +28,7 @@ from scoring.priority_scale import PriorityScale
 from scoring.profile import Profile
 from scoring.table import Batch, BoolArray
 from scoring.tie_break import (
+    MostAllocatedKeys,
     NameRanks,
     TieBreak,
     TiePick,
@@ -60,6 +61,7 @@ class ResourceFit(Participant):
         self.tie_break = tie_break  # which of the best nodes keep the best priority (None: all)
         self.random_ties = RandomTies(cache, tie_pick)  # tieBreak.random's pick and its picks in flight
         self.name_ranks = NameRanks()  # tieBreak.lowestName over known nodes
+        self.most_allocated_keys = MostAllocatedKeys()  # tieBreak.mostAllocated's keys, kept per row
         self.claim_devices = ClaimDevices(cache.dra)  # what a pod's claims ask of extended resources
 
     # ------------------------------------------------------------------ filter
@@ -134,7 +136,9 @@ class ResourceFit(Participant):
             return best
         positions = best.nonzero()[0]
         keys = None
-        if batch is not None and batch.known[positions].all():
+        if batch is not None and batch.all_known:
+            keys = self.most_allocated_keys.at(pod, batch, resources, positions)
+        elif batch is not None and batch.known[positions].all():
             keys = most_allocated_batch(pod, batch, resources, at=positions)
         if keys is None:
             scalar = []

@@ -19,6 +19,7 @@ from scoring.priority_scale import break_ties, break_ties_by_name, candidates
 from scoring.resources import PodResources
 from scoring.table import NodeTable
 from scoring.tie_break import (
+    MostAllocatedKeys,
     NameRanks,
     TieBreak,
     chosen_batch,
@@ -148,6 +149,41 @@ def test_batch_equals_scalar(pod: PodInfo, node_list: list[NodeInfo]) -> None:
         at = np.arange(len(named) - 1, -1, -2)  # some positions, in another order
         at_keys = most_allocated_batch(pod, batch, RESOURCES, at=at)
         assert at_keys is not None and at_keys.tolist() == [scalar[i] for i in at.tolist()]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(gpu_pods(), min_size=1, max_size=4),
+    st.lists(gpu_nodes(), min_size=2, max_size=8),
+    st.lists(st.tuples(st.integers(0, 7), gpu_nodes()), max_size=12),
+)
+def test_kept_keys_equal_the_scalar_ones_as_rows_change(
+    pods: list[PodInfo], node_list: list[NodeInfo], writes: list[tuple[int, NodeInfo]]
+) -> None:
+    """The keys kept per row are read back only while the row is unchanged: after every write of a
+    node (a bind, a release), for pods of a few demands asked in turn, the keys at the tied positions
+    are the scalar definition's."""
+    nodes = {f"n{index}": replace(node, name=f"n{index}") for index, node in enumerate(node_list)}
+    table, kept = NodeTable(capacity=2), MostAllocatedKeys()
+    for node in nodes.values():
+        table.upsert(node)
+    for step in range(len(writes) + 1):
+        if step:
+            index, node = writes[step - 1]
+            name = f"n{index % len(nodes)}"
+            nodes[name] = replace(node, name=name)
+            table.upsert(nodes[name])
+        pod = pods[step % len(pods)]
+        batch = table.batch(list(nodes))
+        assert batch is not None
+        at = np.arange(len(nodes) - 1, -1, -2)
+        keys = kept.at(pod, batch, RESOURCES, at)
+        named = list(nodes.values())
+        scalar = [most_allocated(pod, named[i], RESOURCES) for i in at.tolist()]
+        if keys is None:  # a pod asking for none of the resources (or an amount too large for int64)
+            assert most_allocated_batch(pod, batch, RESOURCES) is None
+        else:
+            assert keys.tolist() == scalar
 
 
 @given(st.lists(st.tuples(st.integers(0, 10), st.integers(-1, 100)), max_size=30))
