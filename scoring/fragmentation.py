@@ -268,8 +268,8 @@ class GpuFragmentation(DeviceRowScorer):
         after = self.placer.place(free, left, demand)
         if after is None or left < demand.cpu:
             return MIN_NODE_SCORE
-        workload = self.args.workload
-        delta = fragmentation(free, left, workload) - fragmentation(after, left - demand.cpu, workload)
+        # ``fragmentation`` of both states, kept per state by the measure (nodes pass through few)
+        delta = self.measure.of(free, left) - self.measure.of(after, left - demand.cpu)
         return self._map(delta)
 
     def _map(self, delta: int) -> int:

@@ -41,7 +41,15 @@ from scoring.row_memo import RowMemo
 from scoring.table import Batch, Int64Array
 from scoring.verdicts import BatchVerdicts
 
-__all__ = ["SCORE_PLUGINS", "NodeScore", "Profile", "ScorePluginSpec", "build_placer", "build_score_plugin"]
+__all__ = [
+    "SCALAR_ROWS",
+    "SCORE_PLUGINS",
+    "NodeScore",
+    "Profile",
+    "ScorePluginSpec",
+    "build_placer",
+    "build_score_plugin",
+]
 
 # Registry: plugin name -> factory from raw args (validates, raising ArgsError naming the field) and
 # the profile's device choice (used by the plugins that place a pod on a node's devices).
@@ -228,14 +236,14 @@ class Profile:
         mean: bool = True,
     ) -> Int64Array:
         """The weighted mean of the plugins' ``score_rows`` on ``rows`` (what the memo keeps), or with
-        ``mean`` False their weighted sum. One or two rows (the pod's shape met again after a bind or
-        two) are scored by the plugins' scalar definitions from the snapshots the rows were written
-        from: a batch costs the same few dozen array calls whatever its size, which is several times
+        ``mean`` False their weighted sum. Up to ``SCALAR_ROWS`` rows (a pod's shape met again after a
+        few binds) are scored by the plugins' scalar definitions from the snapshots the rows were
+        written from: a batch costs the same few dozen array calls whatever its size, several times
         what the scalar functions take for one row. The batch twins equal them (property tests)."""
         weight_sum = sum(spec.weight for spec in specs)
         if not weight_sum:
             return np.zeros(len(rows), dtype=np.int64)
-        nodes = _snapshots(rows) if len(rows) <= _SCALAR_ROWS else None
+        nodes = _snapshots(rows) if len(rows) <= SCALAR_ROWS else None
         if nodes is not None:
             totals = [sum(spec.weight * spec.plugin.score(pod, node) for spec in specs) for node in nodes]
             return np.array([t // weight_sum for t in totals] if mean else totals, dtype=np.int64)
@@ -249,7 +257,7 @@ class Profile:
         return result
 
 
-_SCALAR_ROWS = 2  # rows up to which the scalar definitions score faster than the batch twins
+SCALAR_ROWS = 4  # rows up to which the scalar definitions score faster than the batch twins
 
 
 def _snapshots(rows: Batch) -> list[NodeInfo] | None:

@@ -11,7 +11,7 @@ from scoring.best_fit import BestFit, BestFitArgs
 from scoring.cpu_balance import GpuCpuBalance, GpuCpuBalanceArgs
 from scoring.fragmentation import GpuFragmentation
 from scoring.framework import NodeInfo, PodInfo
-from scoring.profile import Profile, ScorePluginSpec
+from scoring.profile import SCALAR_ROWS, Profile, ScorePluginSpec
 from scoring.resources import PodResources
 from scoring.row_memo import RowMemo
 from scoring.row_shapes import signature
@@ -169,7 +169,7 @@ def test_memoised_profile_follows_every_update(
 
 def test_a_profile_whose_plugin_cannot_batch_the_rows_leaves_them_to_the_scalar_path() -> None:
     """More resource types than ScarceResourceAvoidance has bits: its ``score_rows`` gives None, and so
-    does the profile (the caller then scores node by node) instead of a memo of wrong scores. One or two
+    does the profile (the caller then scores node by node) instead of a memo of wrong scores. A few
     rows are scored by the scalar definitions anyway, right whatever the bits."""
     profile = Profile(
         [],
@@ -185,13 +185,14 @@ def test_a_profile_whose_plugin_cannot_batch_the_rows_leaves_them_to_the_scalar_
     assert profile.node_scores_batch(pod, batch) is not None
     crowded = NodeTable(capacity=2)
     allocatable = {"cpu": 8000, **{f"example.com/r{i}": 1 for i in range(70)}}
-    nodes = [NodeInfo(name=n, allocatable=allocatable, allocatable_types=frozenset(allocatable)) for n in "abc"]
+    names = [f"n{index}" for index in range(SCALAR_ROWS + 1)]  # more rows than the scalar path takes
+    nodes = [NodeInfo(name=n, allocatable=allocatable, allocatable_types=frozenset(allocatable)) for n in names]
     for node in nodes:
         crowded.upsert(node)
-    batch = crowded.batch(["a", "b", "c"])
+    batch = crowded.batch(names)
     assert batch is not None and crowded.type_overflow
     assert profile.node_scores_batch(pod, batch) is None
-    one = crowded.batch(["b"])
+    one = crowded.batch([names[1]])
     assert one is not None
     assert profile.node_scores_batch(pod, one).tolist() == [profile.score(pod, nodes[1]).node_score]  # type: ignore[union-attr]
 
@@ -253,10 +254,10 @@ def test_signatures_are_canonical_and_take_any_amount() -> None:
     assert ids[table.index["h"]] == ids[table.index["i"]] != ids[table.index["a"]]
 
 
-def test_one_or_two_rows_written_since_are_scored_by_the_scalar_definitions() -> None:
-    """After a bind or two the memo scores the written rows again: with one or two of them the profile
-    asks the plugins' scalar ``score`` (from the snapshots the rows were written from), with more the
-    batch twins; the scores are the scalar ones either way."""
+def test_a_few_rows_written_since_are_scored_by_the_scalar_definitions() -> None:
+    """After a few binds the memo scores the written rows again: up to ``SCALAR_ROWS`` of them the
+    profile asks the plugins' scalar ``score`` (from the snapshots the rows were written from), more
+    go to the batch twins; the scores are the scalar ones either way."""
     calls = {"rows": 0, "scalar": 0}
 
     class Spy(BestFit):
@@ -270,7 +271,7 @@ def test_one_or_two_rows_written_since_are_scored_by_the_scalar_definitions() ->
 
     profile = Profile([], [ScorePluginSpec(Spy(BestFitArgs.parse(None)), 1)])
     pod = PodInfo("u", "ns", "p", PodResources({"cpu": 1000}, 1000, 0))
-    nodes = {name: cpu_node(name, 8000, used=used) for name, used in (("a", 0), ("b", 1000), ("c", 2000), ("d", 3000))}
+    nodes = {f"n{index}": cpu_node(f"n{index}", 8000, used=100 * index) for index in range(SCALAR_ROWS + 2)}
     table = table_of(*nodes.values())
 
     def scored() -> list[int]:
@@ -282,13 +283,13 @@ def test_one_or_two_rows_written_since_are_scored_by_the_scalar_definitions() ->
         return scores.tolist()
 
     scored()
-    assert calls == {"rows": 1, "scalar": 4}  # 4 from the check above, none from the profile
-    for written in (["a"], ["b", "c"], ["a", "b", "d"]):
-        for name in written:
-            nodes[name] = cpu_node(name, 8000, used=500 + 1000 * len(written))
+    assert calls == {"rows": 1, "scalar": len(nodes)}  # the scalar calls are the check's, none the profile's
+    for count in (1, SCALAR_ROWS, SCALAR_ROWS + 1):
+        for index, name in enumerate(list(nodes)[:count]):
+            nodes[name] = cpu_node(name, 8000, used=1000 * count + 10 * index)  # states not met before
             table.upsert(nodes[name])
         before = dict(calls)
         scored()
         batch_calls = calls["rows"] - before["rows"]
         scalar_calls = calls["scalar"] - before["scalar"] - len(nodes)  # less the check's
-        assert (batch_calls, scalar_calls) == ((0, len(written)) if len(written) <= 2 else (1, 0))
+        assert (batch_calls, scalar_calls) == ((0, count) if count <= SCALAR_ROWS else (1, 0))
