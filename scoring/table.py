@@ -69,7 +69,7 @@ class NodeTable:
         # computed again only after some row's labels changed (``_labels_version``).
         self.labels: list[Mapping[str, str]] = []
         # Per row, the snapshot it was written from (None for a free row): what the plugins' scalar
-        # definitions read where a request scores one or two rows (``scoring.profile``).
+        # definitions read where a request scores a few rows (``scoring.profile``).
         self.nodes: list[NodeInfo | None] = []
         self._labels_version = 0
         self._label_codes: dict[str, tuple[int, Int64Array, tuple[str, ...]]] = {}
