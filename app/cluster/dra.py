@@ -168,6 +168,9 @@ class DraState:
             self._class_mapping = device_class_mapping(self.classes.values())
         return self._class_mapping
 
+    def owns_special_claims(self, pod_uid: str) -> bool:
+        return bool(self._special_by_owner.get(pod_uid))
+
     def special_claims_of(self, pod_uid: str) -> frozenset[str]:
         """Keys of the special claims (extended resources) the pod owns."""
         return frozenset(self._special_by_owner.get(pod_uid, ()))

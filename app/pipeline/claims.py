@@ -40,7 +40,11 @@ class DraClaims(Participant):
         self.waiting: dict[str, dict[str, Any]] = {}
 
     def applies(self, pod: PodInfo) -> bool:
-        return bool(pod.claims or pod.claims_pending or pod.extended_requests)
+        # Extended resources only where a DeviceClass serves one of them (or an earlier bind left a
+        # special claim to delete): a GPU pod of a device-plugin cluster has nothing here.
+        if pod.claims or pod.claims_pending:
+            return True
+        return bool(pod.extended_requests) and self.dra.extended_applies(pod)
 
     def filter(self, cycle: FilterCycle) -> None:
         pod = cycle.pod
@@ -111,7 +115,9 @@ class DraClaims(Participant):
         return Refusal("no-fit", f"node {cycle.node} cannot take the claims of pod {cycle.key}: {reason}")
 
     async def pre_bind(self, cycle: BindCycle) -> Refusal | None:
-        held: _Held = cycle.state[self.name]
+        held: _Held | None = cycle.state.get(self.name)
+        if held is None:  # reserve did not apply to this pod (nothing of it is the allocator's)
+            return None
         try:
             await self.dra.prebind(cycle.pod, held.reservation, self.writer)
         except ClaimWriteError as exc:

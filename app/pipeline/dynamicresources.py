@@ -167,6 +167,17 @@ class DynamicResources:
             allocated.append(claim)
         return PodClaims(tuple(allocated), tuple(unallocated), self._extended(pod))
 
+    def extended_applies(self, pod: PodInfo) -> bool:
+        """Whether the pod's extended-resource requests concern DRA: a DeviceClass serves one of
+        them, or the pod owns a special claim an earlier bind left behind."""
+        state = self.state
+        if state.owns_special_claims(pod.uid):
+            return True
+        if not state.classes:
+            return False
+        mapping = state.class_mapping()
+        return any(request.resource in mapping for request in pod.extended_requests)
+
     def _extended(self, pod: PodInfo) -> ExtendedClaims | None:
         """The pod's requests that a DeviceClass could serve; None without any (or once bound)."""
         if not pod.extended_requests or pod.node_name or not self.state.classes:

@@ -104,6 +104,33 @@ def test_a_device_plugin_node_gets_no_claim() -> None:
     assert special_claims(service) == [] and service.claim_writer.writes == []
 
 
+def test_without_a_device_class_naming_the_resource_the_dra_participant_sits_out() -> None:
+    """A device-plugin cluster (no class, or classes that name no extended resource): a GPU pod's
+    filter and bind never reach the allocator; a class naming the resource brings it back."""
+    from app.pipeline.claims import DraClaims
+
+    nodes = [node_obj("plugin", gpus=8), node_obj("cpu", gpus=None)]
+    for dra in ([], [device_class_obj("gpu")]):  # the second class has no extendedResourceName
+        service = make_service(nodes, dra=dra)
+        participant = service.pipeline.get(DraClaims)
+        assert participant is not None
+        pod = pod_obj("p", gpus=1)
+        assert not participant.applies(pod_from_obj(pod))
+        calls: list[str] = []
+        for name in ("prefilter", "reserve", "prebind"):
+            original = getattr(participant.dra, name)
+
+            def spy(*args: Any, _name: str = name, _original: Any = original, _calls: list[str] = calls) -> Any:
+                _calls.append(_name)
+                return _original(*args)
+
+            setattr(participant.dra, name, spy)
+        assert wire_answer(service, filter_body(pod, ["plugin", "cpu"]))["NodeNames"] == ["plugin"]
+        assert bind(service, pod, "plugin")["Error"] == ""
+        assert calls == [] and service.claim_writer.writes == []
+    assert service_with().pipeline.get(DraClaims).applies(pod_from_obj(pod_obj("q", gpus=1)))  # type: ignore[union-attr]
+
+
 def test_a_failed_binding_deletes_the_special_claim_and_frees_its_devices() -> None:
     service = service_with()
     pod = pod_obj("p", gpus=2)
