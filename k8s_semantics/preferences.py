@@ -27,7 +27,7 @@ def soft_preferences(spec: Mapping[str, Any], owner_kind: str = "") -> bool:
     """Whether kube-scheduler's score plugins could rank equally scored nodes for this pod
     (``spec``: the Pod's spec; ``owner_kind``: its controller's kind, "" for none)."""
     affinity = spec.get("affinity")
-    if isinstance(affinity, Mapping):
+    if affinity is not None and isinstance(affinity, Mapping):
         for kind in ("nodeAffinity", "podAffinity", "podAntiAffinity"):
             terms = affinity.get(kind)
             if isinstance(terms, Mapping) and terms.get(_PREFERRED):

@@ -10,7 +10,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, TypeGuard, TypeVar
 
 import msgspec
 
@@ -66,11 +66,17 @@ class NodeObject:
     prefer_no_schedule: bool = False
 
 
+def _is_map(value: Any) -> TypeGuard[Mapping[str, Any]]:
+    """``isinstance(value, Mapping)``, quick for the dicts and Nones decoded JSON is made of (the ABC
+    check costs several times a type check, and a pod event makes a dozen)."""
+    return type(value) is dict or (value is not None and isinstance(value, Mapping))
+
+
 def _metadata(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
-    if not isinstance(obj, Mapping):
+    if not _is_map(obj):
         raise ObjectError(f"{kind} must be a JSON object")
     metadata = obj.get("metadata")
-    if not isinstance(metadata, Mapping) or not isinstance(metadata.get("name"), str) or not metadata["name"]:
+    if not _is_map(metadata) or not isinstance(metadata.get("name"), str) or not metadata["name"]:
         raise ObjectError(f"{kind}.metadata.name is missing")
     return metadata
 
@@ -95,7 +101,7 @@ def node_from_obj(obj: Mapping[str, Any]) -> NodeObject:
 
 
 def _prefer_no_schedule(raw: Any) -> bool:
-    return isinstance(raw, list) and any(isinstance(t, Mapping) and t.get("effect") == "PreferNoSchedule" for t in raw)
+    return isinstance(raw, list) and any(_is_map(t) and t.get("effect") == "PreferNoSchedule" for t in raw)
 
 
 def _taints(raw: Any) -> tuple[Taint, ...]:
@@ -105,7 +111,7 @@ def _taints(raw: Any) -> tuple[Taint, ...]:
         return ()
     taints = []
     for taint in raw:
-        if isinstance(taint, Mapping) and taint.get("effect") in FILTERED_EFFECTS and isinstance(taint.get("key"), str):
+        if _is_map(taint) and taint.get("effect") in FILTERED_EFFECTS and isinstance(taint.get("key"), str):
             taints.append(Taint(key=taint["key"], value=str(taint.get("value") or ""), effect=taint["effect"]))
     return tuple(taints)
 
@@ -127,7 +133,7 @@ def _requests_key(spec: Mapping[str, Any]) -> bytes:
         if not isinstance(listed, list):
             return b""
         for container in listed:
-            if not isinstance(container, Mapping):
+            if not _is_map(container):
                 return b""
             restart = container.get("restartPolicy") if init else None
             parts.append((field, container.get("name"), container.get("resources"), restart))
@@ -157,7 +163,7 @@ def pod_from_obj(obj: Mapping[str, Any]) -> PodInfo:
     """Build a PodInfo; a pod without a UID (hand-written snapshots) is keyed by namespace/name."""
     metadata = _metadata(obj, "Pod")
     spec = obj.get("spec")
-    if not isinstance(spec, Mapping):
+    if not _is_map(spec):
         raise ObjectError("Pod.spec is missing")
     namespace = str(metadata.get("namespace") or "default")
     name = metadata["name"]
@@ -168,7 +174,7 @@ def pod_from_obj(obj: Mapping[str, Any]) -> PodInfo:
     except (AttributeError, TypeError) as exc:
         raise ObjectError(f"Pod {namespace}/{name}: malformed spec ({exc})") from None
     status = obj.get("status") or {}
-    if not isinstance(status, Mapping):
+    if not _is_map(status):
         raise ObjectError(f"Pod {namespace}/{name}: status must be an object")
     phase = status.get("phase", "")
     priority = spec.get("priority") or 0
@@ -202,7 +208,7 @@ def pod_from_obj(obj: Mapping[str, Any]) -> PodInfo:
 def _extended_claim(status: Mapping[str, Any]) -> str:
     """status.extendedResourceClaimStatus.resourceClaimName, "" when absent or malformed."""
     recorded = status.get("extendedResourceClaimStatus")
-    name = recorded.get("resourceClaimName") if isinstance(recorded, Mapping) else None
+    name = recorded.get("resourceClaimName") if _is_map(recorded) else None
     return name if isinstance(name, str) else ""
 
 
@@ -223,7 +229,7 @@ def _admitted_at(metadata: Mapping[str, Any], spec: Mapping[str, Any], status: M
     if not spec.get("nodeName"):
         return 0.0
     for condition in status.get("conditions") or ():
-        if isinstance(condition, Mapping) and (condition.get("type"), condition.get("status")) == (
+        if _is_map(condition) and (condition.get("type"), condition.get("status")) == (
             "PodScheduled",
             "True",
         ):
@@ -237,7 +243,7 @@ def _admitted_at(metadata: Mapping[str, Any], spec: Mapping[str, Any], status: M
 def _controller(refs: Any) -> Mapping[str, Any]:
     """The pod's controller reference (a Job, a JobSet, a ReplicaSet...), {} for none."""
     for ref in refs if isinstance(refs, list) else ():
-        if isinstance(ref, Mapping) and ref.get("controller"):
+        if _is_map(ref) and ref.get("controller"):
             return ref
     return {}
 
@@ -255,17 +261,17 @@ def _pod_group(namespace: str, metadata: Mapping[str, Any], spec: Mapping[str, A
     a scheduler-plugins coscheduling PodGroup (label), a Kueue pod group (label) or a KAI PodGroup
     (annotation); "" for none."""
     group = spec.get("schedulingGroup")
-    name = group.get("podGroupName") if isinstance(group, Mapping) else None
+    name = group.get("podGroupName") if _is_map(group) else None
     if isinstance(name, str) and name:
         return f"podgroup:{namespace}/{name}"
     labels = metadata.get("labels")
-    if isinstance(labels, Mapping):
+    if _is_map(labels):
         if labels.get(COSCHEDULING_LABEL):
             return f"coscheduling:{namespace}/{labels[COSCHEDULING_LABEL]}"
         if labels.get(KUEUE_POD_GROUP_LABEL):
             return f"kueue:{namespace}/{labels[KUEUE_POD_GROUP_LABEL]}"
     annotations = metadata.get("annotations")
-    if isinstance(annotations, Mapping) and annotations.get(KAI_POD_GROUP_ANNOTATION):
+    if _is_map(annotations) and annotations.get(KAI_POD_GROUP_ANNOTATION):
         return f"kai:{namespace}/{annotations[KAI_POD_GROUP_ANNOTATION]}"
     return ""
 
@@ -279,7 +285,7 @@ def _group_fields(
     if not group:
         return {}
     annotations = metadata.get("annotations")
-    annotations = annotations if isinstance(annotations, Mapping) else {}
+    annotations = annotations if _is_map(annotations) else {}
     total = annotations.get(KUEUE_POD_GROUP_TOTAL)
     size = int(total) if isinstance(total, str) and total.isdigit() else 0
     required = annotations.get(KUEUE_REQUIRED_TOPOLOGY)
@@ -304,13 +310,13 @@ def _pod_claims(key: str, spec: Mapping[str, Any], status: Mapping[str, Any]) ->
         raise ObjectError(f"Pod {key}: spec.resourceClaims must be a list")
     generated: dict[str, str | None] = {}
     for entry in status.get("resourceClaimStatuses") or []:
-        if isinstance(entry, Mapping) and isinstance(entry.get("name"), str):
+        if _is_map(entry) and isinstance(entry.get("name"), str):
             generated[entry["name"]] = entry.get("resourceClaimName")
     claims: list[PodClaimRef] = []
     pending = ""
     for index, ref in enumerate(refs):
         where = f"Pod {key}: spec.resourceClaims[{index}]"
-        if not isinstance(ref, Mapping) or not isinstance(ref.get("name"), str) or not ref["name"]:
+        if not _is_map(ref) or not isinstance(ref.get("name"), str) or not ref["name"]:
             raise ObjectError(f"{where}.name is missing")
         name = ref["name"]
         if ref.get("resourceClaimName"):
@@ -329,7 +335,7 @@ def _dra(parse: Callable[[Mapping[str, Any]], T]) -> Callable[[Mapping[str, Any]
     """The allocator's resource.k8s.io/v1 parsers, with their errors as ObjectError."""
 
     def convert(obj: Mapping[str, Any]) -> T:
-        if not isinstance(obj, Mapping):
+        if not _is_map(obj):
             raise ObjectError("resource.k8s.io object must be a JSON object")
         try:
             return parse(obj)
@@ -358,7 +364,7 @@ QUEUE_LABELS = ("kai.scheduler/queue", "kueue.x-k8s.io/queue-name")
 
 
 def _queue_labels(labels: Any) -> tuple[tuple[str, str], ...]:
-    if not isinstance(labels, Mapping):
+    if not _is_map(labels):
         return ()
     return tuple((k, str(labels[k])) for k in QUEUE_LABELS if k in labels)
 
@@ -369,10 +375,10 @@ def pod_placement(obj: Mapping[str, Any]) -> PodPlacement:
     Read only for pods that belong to a queue, when the request is served, so the cache keeps none of it.
     """
     spec = obj.get("spec")
-    if not isinstance(spec, Mapping):
+    if not _is_map(spec):
         raise ObjectError("Pod.spec is missing")
     selector = spec.get("nodeSelector") or {}
-    if not isinstance(selector, Mapping):
+    if not _is_map(selector):
         raise ObjectError("Pod.spec.nodeSelector: must be a map of strings")
     tolerations_raw = spec.get("tolerations") or []
     if not isinstance(tolerations_raw, list):
@@ -392,23 +398,23 @@ _TERMS_PATH = "Pod.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDur
 
 
 def _required_terms(affinity: Any) -> tuple[tuple[NodeSelectorRequirement, ...], ...]:
-    node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, Mapping) else None
-    if not isinstance(node_affinity, Mapping):
+    node_affinity = affinity.get("nodeAffinity") if _is_map(affinity) else None
+    if not _is_map(node_affinity):
         return ()
     required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
-    terms_raw = required.get("nodeSelectorTerms") if isinstance(required, Mapping) else None
+    terms_raw = required.get("nodeSelectorTerms") if _is_map(required) else None
     if terms_raw is None:
         return ()
     if not isinstance(terms_raw, list):
         raise ObjectError(f"{_TERMS_PATH}: must be a list")
     terms = []
     for i, term in enumerate(terms_raw):
-        expressions = term.get("matchExpressions") if isinstance(term, Mapping) else None
+        expressions = term.get("matchExpressions") if _is_map(term) else None
         if not isinstance(expressions, list | None):
             raise ObjectError(f"{_TERMS_PATH}[{i}].matchExpressions: must be a list")
         requirements = []
         for j, expr in enumerate(expressions or []):
-            if not isinstance(expr, Mapping) or not isinstance(expr.get("key"), str):
+            if not _is_map(expr) or not isinstance(expr.get("key"), str):
                 raise ObjectError(f"{_TERMS_PATH}[{i}].matchExpressions[{j}]: must have a key")
             values = expr.get("values") or []
             if not isinstance(values, list):
