@@ -12,6 +12,11 @@ With ``--watch-pods`` (the ``extender-null-raw-watch`` phase) it also keeps open
 extender's cache keeps (the same selection, JSON, bookmarks), reads its events and drops them
 undecoded: what any extender that keeps a pod cache costs the API server and the machine, at least.
 
+With ``--burn-us N`` (the ``extender-null-raw-burn`` phases) each /filter also spends N µs of CPU
+(this thread's clock) before its answer is written, or with ``--burn-after`` right after: what a
+known amount of an extender's CPU costs kube-scheduler's pods/s on this machine, and whether it
+matters when it is spent.
+
 With ``--pack`` (the ``extender-null-raw-pack`` phase) /filter passes the candidate with the lowest
 name instead of the first: kube-scheduler leaves out the nodes a pod no longer fits, so pods fill
 nodes one after another, as a packing extender places them (the first candidate spreads them: it
@@ -19,6 +24,7 @@ moves with kube-scheduler's start index). What packed nodes cost kube-scheduler,
 extender's own work.
 
     python -m bench.null_raw --kubeconfig extender.kubeconfig --port 8888 [--watch-pods] [--pack]
+        [--burn-us N [--burn-after]]
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import ssl
+import time
 from typing import Any, cast
 from urllib.parse import urlencode, urlsplit
 
@@ -40,6 +47,15 @@ from bench.raw_http import HttpRequestProtocol
 _args = msgspec.json.Decoder(dict[str, Any])
 _encode = msgspec.json.encode
 _BINDS: set[asyncio.Task[None]] = set()
+
+
+def burn(microseconds: float) -> None:
+    """Spend ``microseconds`` of this thread's CPU."""
+    end = time.thread_time_ns() + int(microseconds * 1000)
+    while time.thread_time_ns() < end:
+        pass
+
+
 _HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n"
 
 
@@ -93,10 +109,12 @@ class ApiConnections:
 
 
 class NullProtocol(HttpRequestProtocol):
-    def __init__(self, api: ApiConnections, pack: bool = False) -> None:
+    def __init__(self, api: ApiConnections, pack: bool = False, burn_us: float = 0.0, burn_after: bool = False) -> None:
         super().__init__()
         self.api = api
         self.pack = pack
+        self.burn_us = burn_us
+        self.burn_after = burn_after
         self.body: list[bytes] = []
 
     def on_body(self, chunk: bytes) -> None:
@@ -115,7 +133,11 @@ class NullProtocol(HttpRequestProtocol):
             passed = [min(names)] if self.pack and names else names[:1]
             answer: dict[str, Any] = {"NodeNames": passed, "FailedNodes": {}, "FailedAndUnresolvableNodes": {}}
             answer["Error"] = ""
+            if self.burn_us and not self.burn_after:
+                burn(self.burn_us)
             self._write(_encode(answer))
+            if self.burn_us and self.burn_after:
+                burn(self.burn_us)
         elif url.endswith(b"/prioritize"):
             names = _args.decode(body).get("NodeNames") or []
             self._write(_encode([{"Host": name, "Score": 0} for name in names]))
@@ -195,7 +217,9 @@ async def watch_pods(api: ApiConnections, received: list[int] | None = None) -> 
         await watch.ended
 
 
-async def serve(kubeconfig: str, port: int, watch: bool = False, pack: bool = False) -> None:
+async def serve(
+    kubeconfig: str, port: int, watch: bool = False, pack: bool = False, burn_us: float = 0.0, burn_after: bool = False
+) -> None:
     # The project's kubeconfig loader for the server, CA and token; nothing else of its client.
     client = KubeClient.from_kubeconfig(kubeconfig)
     url = urlsplit(client.base_url)
@@ -205,7 +229,7 @@ async def serve(kubeconfig: str, port: int, watch: bool = False, pack: bool = Fa
     host, api_port = url.hostname or "127.0.0.1", url.port or 443
     api = ApiConnections(host, api_port, context, authorization)
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: NullProtocol(api, pack), "127.0.0.1", port)
+    server = await loop.create_server(lambda: NullProtocol(api, pack, burn_us, burn_after), "127.0.0.1", port)
     await asyncio.gather(server.serve_forever(), *([watch_pods(api)] if watch else []))
 
 
@@ -215,8 +239,10 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8888)
     parser.add_argument("--watch-pods", action="store_true", help="keep the extender's pod watch open")
     parser.add_argument("--pack", action="store_true", help="/filter passes the lowest-named candidate")
+    parser.add_argument("--burn-us", type=float, default=0.0, help="CPU µs each /filter spends")
+    parser.add_argument("--burn-after", action="store_true", help="spend it after the answer is written")
     args = parser.parse_args()
-    uvloop.run(serve(args.kubeconfig, args.port, args.watch_pods, args.pack))
+    uvloop.run(serve(args.kubeconfig, args.port, args.watch_pods, args.pack, args.burn_us, args.burn_after))
 
 
 if __name__ == "__main__":

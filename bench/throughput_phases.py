@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from bench.throughput_report import NAMELESS, UNSCORED
+from bench.throughput_report import BURN, BURN_AFTER, NAMELESS, UNSCORED
 
 __all__ = [
     "EXTENDER_MODULES",
@@ -31,16 +31,21 @@ EXTRA_PHASES = (
     "extender-null-raw",
     "extender-null-raw-watch",
     "extender-null-raw-pack",
+    BURN,
+    BURN_AFTER,
     "extender-null-filter",
     UNSCORED,
     NAMELESS,
 )
+BURN_US = 400  # CPU the burning null extenders spend per /filter
 # Null extender phases: module and arguments.
 NULL_EXTENDERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "extender-null": ("bench.null_extender", ()),
     "extender-null-raw": ("bench.null_raw", ()),
     "extender-null-raw-watch": ("bench.null_raw", ("--watch-pods",)),
     "extender-null-raw-pack": ("bench.null_raw", ("--pack",)),
+    BURN: ("bench.null_raw", ("--burn-us", str(BURN_US))),
+    BURN_AFTER: ("bench.null_raw", ("--burn-us", str(BURN_US), "--burn-after")),
 }
 # Phases that run the extender with one verb replaced (the module's docstring says which).
 EXTENDER_MODULES = {
@@ -88,6 +93,8 @@ EXTRA_PHASE_HELP = (
     "the same behind bench.null_raw, a second null extender without web framework or HTTP client library; "
     "that one also keeping the extender's pod watch open (its events read and dropped); "
     "that one passing the lowest-named candidate (pods fill nodes one after another, as packing places them); "
+    f"the raw null spending {BURN_US} µs of CPU in each /filter before its answer, or after it (what extender "
+    "CPU costs in pods/s, and whether it matters when it is spent); "
     "the shipped extender with a null /filter (bench.extender_null_filter: its machinery without scoring); "
     "the shipped extender whose /filter keeps the first node that passes instead of the best scored "
     "(bench.extender_unscored: the bound for any scoring speed-up); "

@@ -7,12 +7,32 @@ import statistics
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["BOUNDS", "NAMELESS", "NULL_TARGET", "UNSCORED", "VERBS", "null_ratios", "report"]
+__all__ = [
+    "BOUNDS",
+    "BURN",
+    "BURN_AFTER",
+    "NAMELESS",
+    "NULL_TARGET",
+    "PRICES",
+    "RAW_NULL",
+    "UNSCORED",
+    "VERBS",
+    "null_ratios",
+    "report",
+]
 
 NULL_TARGET = 0.9  # the extender phase against a null extender's, in every round
 VERBS = ("filter", "prioritize", "bind", "preempt")
 UNSCORED = "extender-unscored"  # the shipped /filter keeping the first node that passes (bench.extender_unscored)
 NAMELESS = "extender-nameless"  # the shipped /filter over every node, the names unread (bench.extender_nameless)
+RAW_NULL = "extender-null-raw"
+BURN = "extender-null-raw-burn"  # the raw null spending a fixed CPU time in each /filter, before its answer
+BURN_AFTER = "extender-null-raw-burn-after"  # ... after its answer is written
+# Null extenders that are not floors: what a known amount of extender CPU costs, against the raw null.
+PRICES = {
+    BURN: "CPU spent in /filter before its answer",
+    BURN_AFTER: "the same CPU spent after the answer is written",
+}
 # Phases that bound what one kind of speed-up could reach, and what each bound says.
 BOUNDS = {
     UNSCORED: "no scoring: what no cheaper scoring can exceed",
@@ -24,10 +44,14 @@ def null_ratios(rounds: list[dict[str, Any]], nulls: Iterable[str]) -> list[str]
     """Per null extender phase of ``nulls`` that ran in every round: the extender phase's pods/s over
     it in each round, and whether every round reaches ``NULL_TARGET``; with a phase of ``BOUNDS`` in
     every round (``extender-unscored``: the most a cheaper scoring could reach), its pods/s over the
-    null's too."""
+    null's too. A phase of ``PRICES`` is no floor: its pods/s over the raw null's instead."""
     lines = []
     for name in nulls:
         if not rounds or any(name not in r for r in rounds):
+            continue
+        if name in PRICES:
+            if all(RAW_NULL in r for r in rounds):
+                lines.append(f"{name} / {RAW_NULL}: {_shown(_over(rounds, name, RAW_NULL))} ({PRICES[name]})")
             continue
         ratios = _over(rounds, "extender", name)
         verdict = "met" if all(ratio >= NULL_TARGET for ratio in ratios) else "missed"

@@ -55,6 +55,23 @@ def test_packing_filter_passes_the_lowest_named_candidate() -> None:
             connection.close()
 
 
+def test_a_burning_filter_spends_its_cpu_and_answers_the_same_before_or_after() -> None:
+    import time
+
+    start = time.thread_time_ns()
+    null_raw.burn(3000)
+    assert time.thread_time_ns() - start >= 3_000_000
+    api = cast(ApiConnections, None)
+    for after in (False, True):
+        with serving(lambda after=after: NullProtocol(api, burn_us=200, burn_after=after)) as port:
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            try:
+                answer = _post(connection, "/filter", {"Pod": {}, "Nodes": None, "NodeNames": ["b", "a"]})
+                assert answer["NodeNames"] == ["b"] and answer["Error"] == ""
+            finally:
+                connection.close()
+
+
 def test_the_pod_watch_lists_then_watches_as_the_extender_does_and_opens_again_when_the_server_ends_it() -> None:
     async def run() -> tuple[list[bytes], int]:
         requests: list[bytes] = []

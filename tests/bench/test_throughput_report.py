@@ -56,6 +56,22 @@ def test_a_nameless_phase_gets_its_bound_after_the_unscored_one() -> None:
     )
 
 
+def test_a_burning_null_is_priced_against_the_raw_null_and_is_no_floor() -> None:
+    rounds = [
+        _round(80.0, extender_null_raw=100.0, extender_null_raw_burn=88.0, extender_null_raw_burn_after=86.0),
+        _round(90.0, extender_null_raw=120.0, extender_null_raw_burn=96.0, extender_null_raw_burn_after=102.0),
+    ]
+    lines = null_ratios(rounds, NULL_EXTENDERS)
+    assert lines[1] == "extender / extender-null-raw: 0.80 / 0.75 (target 0.9 in every round: missed)"
+    assert lines[2:] == [
+        "extender-null-raw-burn / extender-null-raw: 0.88 / 0.80 (CPU spent in /filter before its answer)",
+        "extender-null-raw-burn-after / extender-null-raw: 0.86 / 0.85"
+        " (the same CPU spent after the answer is written)",
+    ]
+    del rounds[1]["extender-null-raw"]
+    assert null_ratios(rounds, NULL_EXTENDERS) == []  # without the raw null in every round, nothing to price
+
+
 def test_alternate_rounds_run_the_phases_in_reverse_so_none_always_runs_on_the_oldest_cluster() -> None:
     extra = ["extender-null-raw", "extender-null-filter"]
     first, second, third = (phase_order(extra, index) for index in range(3))
