@@ -295,7 +295,26 @@ def decode_preempt_args(body: bytes) -> PreemptArgs:
     return PreemptArgs(pod, victims)
 
 
+class _GoBindArgs(msgspec.Struct, forbid_unknown_fields=True):
+    """``ExtenderBindingArgs`` exactly as kube-scheduler's encoder writes it; any other key (another
+    case of a name, which Go would also read) sends the body down the general path."""
+
+    PodName: str
+    PodNamespace: str
+    PodUID: str
+    Node: str
+
+
+_decoder_go_bind = msgspec.json.Decoder(_GoBindArgs)
+
+
 def decode_bind_args(body: bytes) -> BindArgs:
+    try:
+        go = _decoder_go_bind.decode(body)
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        go = None  # the general path says precisely what is wrong
+    if go is not None and go.PodName and go.PodUID and go.Node:
+        return BindArgs(go.PodName, go.PodNamespace or "default", go.PodUID, go.Node)
     top = _top(body)
     values = {}
     for key in ("podname", "podnamespace", "poduid", "node"):

@@ -357,3 +357,33 @@ def test_a_remembered_list_gives_back_its_bytes_by_identity_only() -> None:
     go_layout.remember_node_names(msgspec.json.encode(names), names)
     assert go_layout.encoded_node_names(names) == b'["a","b"]'
     assert go_layout.encoded_node_names(["a", "b"]) is None  # an equal list is not the one remembered
+
+
+_BIND_FIELDS = ("PodName", "PodNamespace", "PodUID", "Node")
+
+
+@given(
+    values=st.tuples(*(st.text(max_size=8) for _ in _BIND_FIELDS)),
+    renamed=st.sampled_from([None, *_BIND_FIELDS]),
+)
+def test_bind_args_in_go_layout_and_in_any_other_read_as_go_reads_them(
+    values: tuple[str, str, str, str], renamed: str | None
+) -> None:
+    """kube-scheduler's exact keys take the struct decoder; a key in another case (which Go reads too,
+    the last one winning) goes to the general path; both answer alike, errors included."""
+    body = dict(zip(_BIND_FIELDS, values, strict=True))
+    if renamed is not None:
+        body[renamed.lower()] = "other"  # after the exact key: Go's decoder keeps this one
+    encoded = json.dumps(body).encode()
+    expected = {field: body.get(field.lower(), body[field]) for field in _BIND_FIELDS}
+    if not expected["PodName"] or not expected["PodUID"] or not expected["Node"]:
+        with pytest.raises(wire.WireError, match="missing or not a string"):
+            wire.decode_bind_args(encoded)
+        return
+    args = wire.decode_bind_args(encoded)
+    assert (args.pod_name, args.pod_namespace, args.pod_uid, args.node) == (
+        expected["PodName"],
+        expected["PodNamespace"] or "default",
+        expected["PodUID"],
+        expected["Node"],
+    )
