@@ -30,7 +30,10 @@ CPU-only), then in each round, one after the other on the same cluster:
   names could reach.
 
 Odd rounds run the phases in reverse order (``--order alternate``, the default): each phase ages the
-cluster for the next, and the extender phase should not always run on the oldest one.
+cluster for the next, and the extender phase should not always run on the oldest one. With ``--order
+bracket`` the extra phases run again after the extender, in reverse, and a null's figure in a round
+is the geometric mean of its two runs: the machine's speed drifts within minutes, and the two runs
+bracket the extender's.
 
 Each round also prints the ratio a zero-cost extender could reach when the cores are the limit:
 every process's CPU seconds per pod in the baseline over those of the extender phase without the
@@ -87,6 +90,7 @@ from bench.throughput_phases import (
     NULL_EXTENDERS,
     ORDERS,
     SCHEDULER_EDITS,
+    phase_kind,
     phase_order,
 )
 from bench.throughput_report import report
@@ -348,7 +352,9 @@ def main(argv: list[str] | None = None) -> int:
         choices=ORDERS,
         default="alternate",
         help="alternate: every other round runs its phases in reverse order, so that no phase always runs "
-        "on the cluster the others have aged (default); fixed: baseline, the extra phases, extender in every round",
+        "on the cluster the others have aged (default); fixed: baseline, the extra phases, extender in every round; "
+        "bracket: baseline, the extra phases, extender, the extra phases again in reverse (a null's two runs "
+        "bracket the extender's: the machine's drift within a round evens out)",
     )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", help="write the results here")
@@ -381,37 +387,38 @@ def main(argv: list[str] | None = None) -> int:
         for round_index in range(args.rounds):
             phases = {}
             for name in phase_order(args.extra_phase, round_index, args.order):
+                kind = phase_kind(name)  # what the phase runs (its second run under --order bracket too)
                 started = time.time()
                 qps = args.scheduler_qps or None
                 samples = None  # the extender's CPU samples of this phase (--cpu-profile)
-                if cpu_dir is not None and not name.startswith("baseline"):
+                if cpu_dir is not None and not kind.startswith("baseline"):
                     samples = cpu_dir / f"r{round_index}-{name}.folded"
-                if name.startswith("baseline"):
-                    flags = ["--feature-gates=OpportunisticBatching=false"] if name == "baseline-nobatching" else []
+                if kind.startswith("baseline"):
+                    flags = ["--feature-gates=OpportunisticBatching=false"] if kind == "baseline-nobatching" else []
                     config = baseline_scheduler_config(workdir / "baseline-scheduler.yaml")
-                    env = scheduler_env() if name == "baseline-go-shipped" else {}
+                    env = scheduler_env() if kind == "baseline-go-shipped" else {}
                     plane.start_scheduler(0, config, qps=qps, flags=[*flags, *profile_flags], env=env)
                 else:
                     runner = cpu_sampler.runner(samples) if samples is not None else []
                     config = extender_config()
-                    if name == "extender-feasible":
+                    if kind == "extender-feasible":
                         config["filterReturns"] = "Feasible"
-                    if name == "extender-failures-always":
+                    if kind == "extender-failures-always":
                         config["filterFailures"] = "Always"
-                    if name == "extender-ties-to-scheduler":
+                    if kind == "extender-ties-to-scheduler":
                         config["tieBreak"] = {**config["tieBreak"], "random": False}
-                    null = NULL_EXTENDERS.get(name)
+                    null = NULL_EXTENDERS.get(kind)
                     if null:
                         extender = start_null_extender(plane, *null, runner=runner)
                     else:
-                        module = EXTENDER_MODULES.get(name, "app.cli")
+                        module = EXTENDER_MODULES.get(kind, "app.cli")
                         extender = plane.start_extender(config, module=module, runner=runner)
-                    edit = SCHEDULER_EDITS.get(name)
-                    go_env = {} if name == "extender-go-defaults" else None  # None: deploy/'s GOGC, GOMEMLIMIT
+                    edit = SCHEDULER_EDITS.get(kind)
+                    go_env = {} if kind == "extender-go-defaults" else None  # None: deploy/'s GOGC, GOMEMLIMIT
                     plane.start_scheduler(extender.port, qps=qps, edit=edit, env=go_env, flags=profile_flags)
                     wait_for("kube-scheduler to lead", lambda since=started: _leading_since(plane, since), 60)
                 phase = run_phase(plane, f"r{round_index}-{name}", gpus, watch, args.timeout, pprof, samples)
-                if name.startswith("extender") and name not in NULL_EXTENDERS:  # the null ones keep no metrics
+                if kind.startswith("extender") and kind not in NULL_EXTENDERS:  # the null ones keep no metrics
                     phase.verbs = verb_latencies(extender.get("/metrics").text)
                 if name == "extender" and round_index == args.rounds - 1:
                     results["packing"] = packing(plane, gpu_nodes)

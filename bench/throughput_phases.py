@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from bench.throughput_report import BURN, BURN_AFTER, NAMELESS, UNSCORED
+from bench.throughput_report import AGAIN, BURN, BURN_AFTER, NAMELESS, UNSCORED
 
 __all__ = [
     "EXTENDER_MODULES",
@@ -15,6 +15,7 @@ __all__ = [
     "NULL_EXTENDERS",
     "ORDERS",
     "SCHEDULER_EDITS",
+    "phase_kind",
     "phase_order",
 ]
 
@@ -68,16 +69,25 @@ def _one_filter_worker(config: dict[str, Any]) -> None:
 SCHEDULER_EDITS = {"extender-sampled": _sampled, "extender-parallelism-1": _one_filter_worker}
 
 
-ORDERS = ("alternate", "fixed")
+ORDERS = ("alternate", "fixed", "bracket")
 
 
 def phase_order(extra: Sequence[str], round_index: int, order: str = "alternate") -> list[str]:
     """The phases of one round: baseline, the extra phases as given, extender; with ``alternate``,
     every odd round in reverse. Each phase ages the cluster for the next (the API server keeps the
     Events of every pod; etcd the history of every deleted one), so a phase that always ran last would
-    always run on the oldest cluster."""
+    always run on the oldest cluster. With ``bracket`` the extra phases run again after the extender,
+    in reverse (named with ``AGAIN``): the machine's speed drifts by a fifth within minutes here, and a
+    phase run on both sides of the extender's is compared with it at the same moment, on average."""
     phases = ["baseline", *extra, "extender"]
+    if order == "bracket":
+        return [*phases, *(f"{name}{AGAIN}" for name in reversed(extra))]
     return phases[::-1] if order == "alternate" and round_index % 2 else phases
+
+
+def phase_kind(name: str) -> str:
+    """The phase a name runs (a bracketing phase's second run runs the same)."""
+    return name.removesuffix(AGAIN)
 
 
 EXTRA_PHASE_HELP = (

@@ -3,11 +3,13 @@ extenders' phases of the same run."""
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Iterable
 from typing import Any
 
 __all__ = [
+    "AGAIN",
     "BOUNDS",
     "BURN",
     "BURN_AFTER",
@@ -26,6 +28,7 @@ VERBS = ("filter", "prioritize", "bind", "preempt")
 UNSCORED = "extender-unscored"  # the shipped /filter keeping the first node that passes (bench.extender_unscored)
 NAMELESS = "extender-nameless"  # the shipped /filter over every node, the names unread (bench.extender_nameless)
 RAW_NULL = "extender-null-raw"
+AGAIN = "-again"  # a phase's second run in a round (``--order bracket``: after the extender's)
 BURN = "extender-null-raw-burn"  # the raw null spending a fixed CPU time in each /filter, before its answer
 BURN_AFTER = "extender-null-raw-burn-after"  # ... after its answer is written
 # Null extenders that are not floors: what a known amount of extender CPU costs, against the raw null.
@@ -44,7 +47,9 @@ def null_ratios(rounds: list[dict[str, Any]], nulls: Iterable[str]) -> list[str]
     """Per null extender phase of ``nulls`` that ran in every round: the extender phase's pods/s over
     it in each round, and whether every round reaches ``NULL_TARGET``; with a phase of ``BOUNDS`` in
     every round (``extender-unscored``: the most a cheaper scoring could reach), its pods/s over the
-    null's too. A phase of ``PRICES`` is no floor: its pods/s over the raw null's instead."""
+    null's too. A phase of ``PRICES`` is no floor: its pods/s over the raw null's instead. A phase run
+    twice in a round, before and after the extender's (``--order bracket``), counts as the geometric
+    mean of both runs."""
     lines = []
     for name in nulls:
         if not rounds or any(name not in r for r in rounds):
@@ -55,7 +60,8 @@ def null_ratios(rounds: list[dict[str, Any]], nulls: Iterable[str]) -> list[str]
             continue
         ratios = _over(rounds, "extender", name)
         verdict = "met" if all(ratio >= NULL_TARGET for ratio in ratios) else "missed"
-        lines.append(f"extender / {name}: {_shown(ratios)} (target {NULL_TARGET} in every round: {verdict})")
+        both = " (its runs before and after)" if all(f"{name}{AGAIN}" in r for r in rounds) else ""
+        lines.append(f"extender / {name}{both}: {_shown(ratios)} (target {NULL_TARGET} in every round: {verdict})")
         for bound, meaning in BOUNDS.items():
             if all(bound in r for r in rounds):
                 lines.append(f"{bound} / {name}: {_shown(_over(rounds, bound, name))} ({meaning})")
@@ -63,7 +69,15 @@ def null_ratios(rounds: list[dict[str, Any]], nulls: Iterable[str]) -> list[str]
 
 
 def _over(rounds: list[dict[str, Any]], phase: str, null: str) -> list[float]:
-    return [r[phase]["pods_per_second"] / max(r[null]["pods_per_second"], 1e-9) for r in rounds]
+    return [_rate(r, phase) / max(_rate(r, null), 1e-9) for r in rounds]
+
+
+def _rate(round_: dict[str, Any], phase: str) -> float:
+    """A phase's pods/s in a round; for a phase run on both sides of the extender's (``AGAIN``), the
+    geometric mean of its two runs."""
+    rate = float(round_[phase]["pods_per_second"])
+    again = round_.get(f"{phase}{AGAIN}")
+    return math.sqrt(rate * float(again["pods_per_second"])) if again is not None else rate
 
 
 def _shown(ratios: list[float]) -> str:
@@ -75,7 +89,8 @@ def _shown(ratios: list[float]) -> str:
 def report(results: dict[str, Any], extra_phases: Iterable[str], nulls: Iterable[str]) -> None:
     """The run's tables: pods/s per round and phase, the extender's verb latencies, the null ratios."""
     print()
-    extra = [name for name in extra_phases if results["rounds"] and name in results["rounds"][0]]
+    ran = results["rounds"][0] if results["rounds"] else {}
+    extra = [n for name in extra_phases for n in (name, f"{name}{AGAIN}") if n in ran]
     print("| round | baseline pods/s | extender pods/s | ratio | CPU bound |" + "".join(f" {n} |" for n in extra))
     print("|---|---|---|---|---|" + "---|" * len(extra))
     for i, r in enumerate(results["rounds"]):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.throughput_phases import NULL_EXTENDERS, phase_order
+from bench.throughput_phases import NULL_EXTENDERS, phase_kind, phase_order
 from bench.throughput_report import NULL_TARGET, null_ratios
 
 
@@ -78,3 +78,28 @@ def test_alternate_rounds_run_the_phases_in_reverse_so_none_always_runs_on_the_o
     assert first == ["baseline", *extra, "extender"] == third
     assert second == first[::-1]
     assert phase_order(extra, 1, "fixed") == first
+
+
+def test_bracket_runs_the_extra_phases_again_after_the_extender_in_reverse() -> None:
+    extra = ["extender-null-raw", "extender-null-raw-burn"]
+    for index in range(3):
+        order = phase_order(extra, index, "bracket")
+        assert order == [
+            "baseline",
+            "extender-null-raw",
+            "extender-null-raw-burn",
+            "extender",
+            "extender-null-raw-burn-again",
+            "extender-null-raw-again",
+        ]
+    assert [phase_kind(name) for name in order[-2:]] == ["extender-null-raw-burn", "extender-null-raw"]
+
+
+def test_a_null_run_on_both_sides_of_the_extender_counts_as_the_geometric_mean_of_its_runs() -> None:
+    rounds = [_round(90.0, extender_null_raw=80.0, extender_null_raw_again=125.0)]  # mean of both: 100
+    assert null_ratios(rounds, NULL_EXTENDERS)[-1] == (
+        "extender / extender-null-raw (its runs before and after): 0.90 (target 0.9 in every round: met)"
+    )
+    rounds[0]["extender-null-raw-burn"] = {"pods_per_second": 72.0}
+    rounds[0]["extender-null-raw-burn-again"] = {"pods_per_second": 72.0}
+    assert null_ratios(rounds, NULL_EXTENDERS)[-1].startswith("extender-null-raw-burn / extender-null-raw: 0.72 ")
