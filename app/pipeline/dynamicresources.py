@@ -170,21 +170,19 @@ class DynamicResources:
     def extended_applies(self, pod: PodInfo) -> bool:
         """Whether the pod's extended-resource requests concern DRA: a DeviceClass serves one of
         them, or the pod owns a special claim an earlier bind left behind."""
-        state = self.state
-        if state.owns_special_claims(pod.uid):
-            return True
-        if not state.classes:
-            return False
-        mapping = state.class_mapping()
-        return any(request.resource in mapping for request in pod.extended_requests)
+        return self.state.owns_special_claims(pod.uid) or bool(self._served(pod))
 
     def _extended(self, pod: PodInfo) -> ExtendedClaims | None:
         """The pod's requests that a DeviceClass could serve; None without any (or once bound)."""
-        if not pod.extended_requests or pod.node_name or not self.state.classes:
-            return None
-        mapping = self.state.class_mapping()
-        classes = {r.resource: mapping[r.resource] for r in pod.extended_requests if r.resource in mapping}
+        classes = self._served(pod) if not pod.node_name else None
         return ExtendedClaims(pod, classes) if classes else None
+
+    def _served(self, pod: PodInfo) -> dict[str, str]:
+        """The pod's extended resources a DeviceClass serves, each with that class's name."""
+        if not pod.extended_requests or not self.state.classes:
+            return {}
+        mapping = self.state.class_mapping()
+        return {r.resource: mapping[r.resource] for r in pod.extended_requests if r.resource in mapping}
 
     def stale_extended_claims(self, pod: PodInfo) -> list[ResourceClaim]:
         """Special claims of this pod that an earlier bind left behind (its create or delete timed out,
