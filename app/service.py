@@ -54,6 +54,10 @@ _PENDING_PODS = 10_000  # pods seen in /filter, so /bind can assume them before 
 _POD_MEMO = 64  # parsed pods by request bytes: filter, then prioritize, of the same pod
 
 
+def _closed(*args: Any, **kwargs: Any) -> None:
+    """A closed service's record: decisions after ``close`` are not kept."""
+
+
 class ExtenderService:
     """The verbs: each runs the pipeline's extension points over its participants (app/pipeline).
     ``tie_pick``: ``tieBreak.random``'s pick among tied nodes (None: a position drawn at random; the
@@ -98,6 +102,15 @@ class ExtenderService:
         self._bind_verb = BindVerb(
             cache, self._pipeline, binder, self.bindless, self.metrics, self._record, self._pending
         )
+
+    def close(self) -> None:
+        """Done with this service: nothing calls back into it any more (the cache's subscribers and
+        listeners, the metrics' collector, the bind verb's record), so that it and its cache, made for
+        one simulation run, are freed by reference counting when they go. Why: otherwise they wait
+        for a full collection, which for an openb run's cache takes about a third of a second."""
+        self.cache.close()
+        self.metrics.close()
+        self._bind_verb.record = _closed
 
     def _cache_metrics(self) -> dict[str, dict[str, float]]:
         gauges = {

@@ -351,6 +351,7 @@ async def _run(
             progress(256)
     result.final_allocated_gpus = allocated
     result.leftover = ledger.leftover()
+    scheduler.service.close()  # freed by reference counting as this returns, not by a full collection
     return result
 
 

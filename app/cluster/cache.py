@@ -146,6 +146,14 @@ class ClusterCache:
         self.freed = self.dra.freed
         self.groups = PodGroupStore()  # PodGroup objects, and the cache's pods by group
 
+    def close(self) -> None:
+        """Tell nobody of changes any more (the subscribers and the DRA state's and groups' listeners
+        are dropped): a cache made for one run, and all it holds, then goes with its last reference
+        instead of waiting for a full collection of everything it held."""
+        self._subscribers.clear()
+        self.dra.listener = self.dra.claims_listener = None
+        self.groups.listeners.clear()
+
     def subscribe(self, subscriber: Subscriber) -> None:
         """Call ``subscriber`` with every event from now on, after those subscribed earlier."""
         self._subscribers.append(subscriber)

@@ -133,6 +133,7 @@ class Metrics:
         # builds a key on every call. The counters hold the same children, so this adds no growth.
         self._results: dict[tuple[str, str], Counter] = {}
         self._filter_failures: dict[str, Counter] = {}
+        self._cache_collectors: list[_CacheCollector] = []
 
     def result(self, verb: str, outcome: str) -> Counter:
         """``results.labels(verb, outcome)``."""
@@ -149,4 +150,12 @@ class Metrics:
         return child
 
     def register_cache(self, read: Callable[[], dict[str, dict[str, float]]]) -> None:
-        self.registry.register(_CacheCollector(read))
+        collector = _CacheCollector(read)
+        self.registry.register(collector)
+        self._cache_collectors.append(collector)
+
+    def close(self) -> None:
+        """Unregister the collectors ``register_cache`` added (they call back into the service)."""
+        for collector in self._cache_collectors:
+            self.registry.unregister(collector)
+        self._cache_collectors.clear()

@@ -279,3 +279,22 @@ def test_one_structured_log_line_per_decision(caplog: pytest.LogCaptureFixture) 
     assert line["level"] == "debug" and line["msg"] == "decision"
     assert line["decision"]["verb"] == "filter" and line["decision"]["pod"] == "default/p"
     assert line["decision"]["failed"] == {"Insufficient nvidia.com/gpu": 1}
+
+
+def test_a_closed_service_and_its_cache_are_freed_by_reference_counting() -> None:
+    """Nothing refers back into a closed service (the cache's subscribers and listeners, the metrics'
+    collector, the bind verb's record): it and its cache go with their last reference."""
+    import gc
+    import weakref
+
+    service = make_service([node_obj("n1", gpus=8)], [pod_obj("p", gpus=1)])
+    assert service.filter(filter_body(pod_obj("q", gpus=1), ["n1"]))["NodeNames"] == ["n1"]
+    cache = weakref.ref(service.cache)
+    gc.collect()
+    gc.disable()
+    try:
+        service.close()
+        del service
+        assert cache() is None
+    finally:
+        gc.enable()
