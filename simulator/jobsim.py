@@ -105,6 +105,17 @@ class _Job:
         return self.job.shape, self.job.size, self.topology
 
 
+@dataclass(slots=True)
+class _SimClock:
+    """A run's simulated time. The cache reads it through this object, not through the run, so that
+    the run and its cache refer to each other nowhere and go by reference counting when it ends."""
+
+    now: float = 0.0
+
+    def read(self) -> float:
+        return self.now
+
+
 class JobRun:
     """One job policy over a job trace on a fresh cache (``simulate_jobs`` runs it)."""
 
@@ -123,11 +134,11 @@ class JobRun:
         give_up: float | None,
         retry_hints: bool,
     ) -> None:
-        self.now = 0.0
+        self.clock = _SimClock()
         self.policy = policy
         self.give_up = give_up
         self.hints = retry_hints
-        self.scheduler = _Scheduler(config, nodes, seed, scheduler, sharing, tie_break, clock=lambda: self.now)
+        self.scheduler = _Scheduler(config, nodes, seed, scheduler, sharing, tie_break, clock=self.clock.read)
         self.rack = {node.name: node.labels.get(RACK_LABEL, "") for node in nodes}
         self.free = {node.name: [node.allocatable.get(r, 0) for r in ("cpu", "memory", GPU)] for node in nodes}
         ordered = sorted(jobs, key=lambda job: job.arrival)  # stable: file order at one instant
@@ -160,6 +171,14 @@ class JobRun:
         self.last = 0.0
 
     # ------------------------------------------------------------------ the loop
+    @property
+    def now(self) -> float:
+        return self.clock.now
+
+    @now.setter
+    def now(self, value: float) -> None:
+        self.clock.now = value
+
     async def run(self) -> JobResult:
         self.events = [(float(entry.job.arrival), _ARRIVE, index) for index, entry in enumerate(self.jobs)]
         heapq.heapify(self.events)
@@ -195,6 +214,7 @@ class JobRun:
         result.makespan = self.now
         result.partial_at_end = sum(1 for index in self.pending if self.jobs[index].nodes)
         result.partly_placed = sum(1 for entry in self.jobs if entry.partly)
+        self.scheduler.service.close()  # freed by reference counting as the run ends (simulator.simulate)
         return result
 
     def _only_wakeups_left(self) -> bool:

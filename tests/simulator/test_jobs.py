@@ -181,6 +181,21 @@ def test_pod_by_pod_deadlocks_two_competing_jobs_and_gangs_do_not() -> None:
     assert given_up.partial_gpu_seconds == 4 * 200 + 2 * 98 + 4 * 101
 
 
+@pytest.mark.parametrize("policy", JOB_POLICIES)
+def test_a_job_run_leaves_nothing_for_the_cycle_collector(policy: str) -> None:
+    """As a pod run: the run's service and cache go by reference counting when it ends."""
+    import gc
+
+    nodes, jobs = random_cluster(0)
+    gc.collect()
+    gc.disable()
+    try:
+        assert run(policy, nodes, jobs, rack_size=3).placed > 0
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
+
+
 def random_cluster(seed: int) -> tuple[list[SimNode], list[Job]]:
     rng = random.Random(seed)
     nodes = [node(f"n{i:02d}", rng.choice([2, 4, 8]), 64000, 512) for i in range(12)]
