@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from app.cluster.cache_events import CacheEvent, Counted, NodeChanged, PodChanged, PodCounted, Subscriber
@@ -25,62 +25,11 @@ from app.cluster.objects import NodeObject
 from app.cluster.pod_kinds import Kinds, PodKinds, kinds_of
 from app.cluster.podgroups import PodGroupStore
 from app.cluster.relist import apply_relist
+from app.cluster.usage import Assumption, NodeUsage
 from scoring.framework import NodeInfo, PodInfo, Status
 from scoring.table import NodeTable
 
 __all__ = ["Assumption", "ClusterCache", "NodeUsage", "SourceState"]
-
-
-@dataclass(slots=True)
-class NodeUsage:
-    """Incrementally maintained per-node aggregates (bound + assumed pods)."""
-
-    requested: dict[str, int] = field(default_factory=dict)
-    non_zero_cpu: int = 0
-    non_zero_memory: int = 0
-    pod_count: int = 0
-    assumed_count: int = 0
-    uids: set[str] = field(default_factory=set)  # the pods counted here (preemption looks at one node's pods)
-    kinds: dict[str, dict[int, int]] = field(default_factory=dict)  # resource -> pod kind -> pods
-
-    def add_kinds(self, kinds: Kinds, sign: int) -> None:
-        for resource, kind in kinds:
-            counts = self.kinds.setdefault(resource, {})
-            total = counts.get(kind, 0) + sign
-            if total:
-                counts[kind] = total
-            else:
-                counts.pop(kind, None)
-                if not counts:
-                    del self.kinds[resource]
-
-    def add(self, pod: PodInfo, sign: int) -> None:
-        if sign > 0:
-            self.uids.add(pod.uid)
-        else:
-            self.uids.discard(pod.uid)
-        for name, amount in pod.resources.requests.items():
-            total = self.requested.get(name, 0) + sign * amount
-            if total:
-                self.requested[name] = total
-            else:
-                self.requested.pop(name, None)
-        self.non_zero_cpu += sign * pod.resources.non_zero_cpu
-        self.non_zero_memory += sign * pod.resources.non_zero_memory
-        self.pod_count += sign
-
-
-@dataclass(frozen=True, slots=True)
-class Assumption:
-    """A pod counted on a node before the watch shows it bound: assumed by /bind, or held for a gang
-    (``held_for`` names the group) on the node its plan gave it, until the member's /bind or the plan's
-    deadline."""
-
-    pod: PodInfo
-    node: str
-    assumed_at: float
-    expires_at: float
-    held_for: str = ""
 
 
 @dataclass(slots=True)
@@ -504,21 +453,5 @@ class ClusterCache:
         for name in set(expected) | set(self._usage):
             have = self._usage.get(name) or NodeUsage()
             want = expected.get(name) or NodeUsage()
-            if (
-                have.requested,
-                have.non_zero_cpu,
-                have.non_zero_memory,
-                have.pod_count,
-                have.assumed_count,
-                have.uids,
-                have.kinds,
-            ) != (
-                want.requested,
-                want.non_zero_cpu,
-                want.non_zero_memory,
-                want.pod_count,
-                want.assumed_count,
-                want.uids,
-                want.kinds,
-            ):
+            if have.totals() != want.totals():
                 raise AssertionError(f"usage of node {name} drifted: have {have}, want {want}")
