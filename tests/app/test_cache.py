@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import gc
-from dataclasses import replace
+from dataclasses import fields, replace
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.cluster.cache import ClusterCache
 from app.cluster.objects import node_from_obj, pod_from_obj
+from app.cluster.usage import NodeUsage
 from scoring.framework import Code, Status
 from tests.app.cache_ops import Clock, apply_pod_event
 from tests.conftest import labelled, node_obj, pod_obj
@@ -37,6 +39,24 @@ def test_update_moves_contribution_and_delete_is_idempotent() -> None:
     cache.delete_pod(pod.uid)
     assert cache.usage("g2").pod_count == 0
     cache.check_invariants()
+
+
+@pytest.mark.parametrize("field", [f.name for f in fields(NodeUsage)])
+def test_the_invariant_check_sees_a_drift_in_every_aggregate(field: str) -> None:
+    """Each aggregate a node's usage keeps is compared with the recount: a drift in any one fails."""
+    cache = _cache()
+    cache.upsert_pod(pod_from_obj(pod_obj("p", gpus=2, cpu="500m", node="g1", phase="Running")))
+    cache.check_invariants()
+    usage = cache._usage["g1"]
+    value = getattr(usage, field)
+    if isinstance(value, int):
+        setattr(usage, field, value + 1)
+    elif isinstance(value, set):
+        value.add("another-uid")
+    else:
+        value["drift"] = {0: 1} if field == "kinds" else 1
+    with pytest.raises(AssertionError, match="usage of node g1 drifted"):
+        cache.check_invariants()
 
 
 def test_assumption_lifecycle() -> None:
