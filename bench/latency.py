@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
-import http.client
 import json
 import math
 import os
@@ -47,13 +46,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Protocol
 
 import httpx
 import msgspec
 import yaml
 
 from bench.cluster import Obj, build_cluster, encode, write_cluster
+from bench.latency_clients import CLIENTS, Client
 from bench.latency_floor import answer_key
 from bench.latency_queues import QUEUES_ADDED_TARGET_MS, label_for_queues, queue_config, queued
 from bench.latency_report import Row, table
@@ -61,7 +60,6 @@ from bench.request_bodies import filter_body_names, filter_body_nodes, pending_p
 from tests.e2e.process import stop_children_on_sigterm
 
 REPO = Path(__file__).resolve().parents[1]
-HEADERS = {"Content-Type": "application/json", "User-Agent": "Go-http-client/1.1", "Accept-Encoding": "gzip"}
 NODELIST_TARGET_MS_PER_1000 = 10.0
 SERVER_TIMING = re.compile(r"\bextender;dur=([0-9.]+)")
 READ_TIMING = re.compile(r"\bread;dur=([0-9.]+)")
@@ -151,48 +149,6 @@ def stop_process(proc: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-
-
-# --------------------------------------------------------------------------- clients
-class Client(Protocol):
-    def request(self, method: str, path: str, body: bytes) -> tuple[int, bytes, str]:
-        """(status, body, the Server-Timing header or "")."""
-        ...
-
-    def close(self) -> None: ...
-
-
-class HttpxClient:
-    """The default: one keep-alive connection through httpx (about 0.4 ms more per call than Go's)."""
-
-    def __init__(self, port: int) -> None:
-        limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
-        self._client = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=HEADERS, limits=limits, timeout=30)
-
-    def request(self, method: str, path: str, body: bytes) -> tuple[int, bytes, str]:
-        response = self._client.request(method, path, content=body or None)
-        return response.status_code, response.content, response.headers.get("server-timing", "")
-
-    def close(self) -> None:
-        self._client.close()
-
-
-class StdlibClient:
-    """``http.client`` on one connection: a thinner client, closer to the floor Go's net/http has."""
-
-    def __init__(self, port: int) -> None:
-        self._conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-
-    def request(self, method: str, path: str, body: bytes) -> tuple[int, bytes, str]:
-        self._conn.request(method, path, body=body or None, headers=HEADERS)
-        response = self._conn.getresponse()
-        return response.status, response.read(), response.getheader("server-timing") or ""
-
-    def close(self) -> None:
-        self._conn.close()
-
-
-CLIENTS: dict[str, Callable[[int], Client]] = {"httpx": HttpxClient, "http.client": StdlibClient}
 
 
 # --------------------------------------------------------------------------- checks and timing
