@@ -50,6 +50,6 @@ def gather_every_node(
 
 
 if __name__ == "__main__":
-    go_layout.node_names = no_names  # type: ignore[assignment]
+    go_layout.node_names = no_names
     CandidateNodes.gather = gather_every_node  # type: ignore[method-assign]
     sys.exit(main())

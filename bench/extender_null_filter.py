@@ -34,5 +34,5 @@ def first_candidate(service: ExtenderService, body: bytes, *, reasons: bool = Tr
 
 
 if __name__ == "__main__":
-    ExtenderService._filter = first_candidate  # type: ignore[method-assign]
+    ExtenderService._filter = first_candidate  # type: ignore[method-assign,assignment]
     sys.exit(main())

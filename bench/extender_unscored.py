@@ -35,5 +35,5 @@ def first_passing(
 
 
 if __name__ == "__main__":
-    ResourceFit.best_scored = first_passing  # type: ignore[method-assign]
+    ResourceFit.best_scored = first_passing  # type: ignore[method-assign,assignment]
     sys.exit(main())

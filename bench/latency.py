@@ -365,8 +365,27 @@ def measure_floor(
                 measure(client, f"/{verb}", bodies, options.warmup, check)
                 samples, _, _, _, errors = measure(client, f"/{verb}", bodies, options.requests, check)
                 p50, p99, top = percentile(samples, 50), percentile(samples, 99), samples[-1] / 1e6
-                timing = (p50, p99, top, *[math.nan] * 4)  # no Server-Timing: the floor measures nothing
-                rows.append(Row(f"{mode}-floor", options.queues, n, verb, len(samples), *timing, errors, 0, 0, None))
+                nan = math.nan  # no Server-Timing: the floor measures nothing
+                rows.append(
+                    Row(
+                        f"{mode}-floor",
+                        options.queues,
+                        n,
+                        verb,
+                        len(samples),
+                        p50,
+                        p99,
+                        top,
+                        nan,
+                        nan,
+                        nan,
+                        nan,
+                        errors,
+                        0,
+                        0,
+                        None,
+                    )
+                )
         finally:
             client.close()
         rss, hwm = memory_mib(proc.pid)

@@ -39,7 +39,7 @@ from typing import Any
 
 import yaml
 
-from app.cluster.kube import _event as watch_event
+from app.cluster.kube import _event
 from app.cluster.reflector import Reflector, pod_resource
 from app.config import load_config
 from app.gctuning import freeze_and_tune
@@ -67,9 +67,16 @@ def node(name: str, gpus: int) -> dict[str, Any]:
     }
 
 
+def watch_event(line: bytes) -> dict[str, Any]:
+    """The watch event on ``line``, as the extender's watch decodes it."""
+    event = _event(line)
+    assert event is not None, line
+    return event
+
+
 def watched_pod(index: int, gpus: int, version: int, node_name: str = "") -> dict[str, Any]:
     """The captured pod as another bench pod: its name, UID, resourceVersion, GPUs and node."""
-    pod = copy.deepcopy(WATCHED_POD)
+    pod: dict[str, Any] = copy.deepcopy(WATCHED_POD)
     metadata = pod["metadata"]
     metadata.update(name=f"p-{index:05d}", uid=f"00000000-0000-0000-0000-{index:012d}", resourceVersion=str(version))
     resources = pod["spec"]["containers"][0]["resources"]

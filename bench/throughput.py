@@ -62,6 +62,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import math
 import random
@@ -395,9 +396,9 @@ def main(argv: list[str] | None = None) -> int:
                     samples = cpu_dir / f"r{round_index}-{name}.folded"
                 if kind.startswith("baseline"):
                     flags = ["--feature-gates=OpportunisticBatching=false"] if kind == "baseline-nobatching" else []
-                    config = baseline_scheduler_config(workdir / "baseline-scheduler.yaml")
+                    scheduler_config = baseline_scheduler_config(workdir / "baseline-scheduler.yaml")
                     env = scheduler_env() if kind == "baseline-go-shipped" else {}
-                    plane.start_scheduler(0, config, qps=qps, flags=[*flags, *profile_flags], env=env)
+                    plane.start_scheduler(0, scheduler_config, qps=qps, flags=[*flags, *profile_flags], env=env)
                 else:
                     runner = cpu_sampler.runner(samples) if samples is not None else []
                     config = extender_config()
@@ -414,9 +415,9 @@ def main(argv: list[str] | None = None) -> int:
                         module = EXTENDER_MODULES.get(kind, "app.cli")
                         extender = plane.start_extender(config, module=module, runner=runner)
                     edit = SCHEDULER_EDITS.get(kind)
-                    go_env = {} if kind == "extender-go-defaults" else None  # None: deploy/'s GOGC, GOMEMLIMIT
+                    go_env: dict[str, str] | None = {} if kind == "extender-go-defaults" else None  # None: deploy/'s
                     plane.start_scheduler(extender.port, qps=qps, edit=edit, env=go_env, flags=profile_flags)
-                    wait_for("kube-scheduler to lead", lambda since=started: _leading_since(plane, since), 60)
+                    wait_for("kube-scheduler to lead", functools.partial(_leading_since, plane, started), 60)
                 phase = run_phase(plane, f"r{round_index}-{name}", gpus, watch, args.timeout, pprof, samples)
                 if kind.startswith("extender") and kind not in NULL_EXTENDERS:  # the null ones keep no metrics
                     phase.verbs = verb_latencies(extender.get("/metrics").text)

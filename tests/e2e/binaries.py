@@ -61,16 +61,16 @@ def locate_binaries(bin_dir: Path | None = None) -> dict[str, Path]:
             continue
         if not packed.is_file():
             raise Missing(f"{how}: {name} is missing")
-        digest = sums.get(name)
-        if digest is None:
+        expected = sums.get(name)
+        if expected is None:
             raise Missing(f"{how}: SHA256SUMS has no digest for {name}")
-        target = cache / digest[:16] / name
+        target = cache / expected[:16] / name
         if not target.exists():
             target.parent.mkdir(parents=True, exist_ok=True)
             partial = target.with_suffix(".partial")
             with lzma.open(packed) as src, partial.open("wb") as dst:
                 shutil.copyfileobj(src, dst, 1 << 20)
-            if _sha256(partial) != digest:
+            if _sha256(partial) != expected:
                 partial.unlink()
                 raise Missing(f"{how}: {packed} does not unpack to the digest in SHA256SUMS")
             partial.chmod(0o755)
