@@ -17,6 +17,10 @@ With ``--burn-us N`` (the ``extender-null-raw-burn`` phases) each /filter also s
 known amount of an extender's CPU costs kube-scheduler's pods/s on this machine, and whether it
 matters when it is spent.
 
+With ``--wait-us N`` (the ``extender-null-raw-wait`` phase) each /filter instead holds its answer for N µs
+without spending CPU (the thread sleeps, so the event loop does nothing else meanwhile): what the
+same time costs kube-scheduler as latency alone, beside its cost as CPU.
+
 With ``--pack`` (the ``extender-null-raw-pack`` phase) /filter passes the candidate with the lowest
 name instead of the first: kube-scheduler leaves out the nodes a pod no longer fits, so pods fill
 nodes one after another, as a packing extender places them (the first candidate spreads them: it
@@ -24,7 +28,7 @@ moves with kube-scheduler's start index). What packed nodes cost kube-scheduler,
 extender's own work.
 
     python -m bench.null_raw --kubeconfig extender.kubeconfig --port 8888 [--watch-pods] [--pack]
-        [--burn-us N [--burn-after]]
+        [--burn-us N [--burn-after] | --wait-us N]
 """
 
 from __future__ import annotations
@@ -54,6 +58,11 @@ def burn(microseconds: float) -> None:
     end = time.thread_time_ns() + int(microseconds * 1000)
     while time.thread_time_ns() < end:
         pass
+
+
+def wait(microseconds: float) -> None:
+    """Hold this thread for ``microseconds`` without spending CPU."""
+    time.sleep(microseconds / 1e6)
 
 
 _HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n"
@@ -109,12 +118,20 @@ class ApiConnections:
 
 
 class NullProtocol(HttpRequestProtocol):
-    def __init__(self, api: ApiConnections, pack: bool = False, burn_us: float = 0.0, burn_after: bool = False) -> None:
+    def __init__(
+        self,
+        api: ApiConnections,
+        pack: bool = False,
+        burn_us: float = 0.0,
+        burn_after: bool = False,
+        wait_us: float = 0.0,
+    ) -> None:
         super().__init__()
         self.api = api
         self.pack = pack
         self.burn_us = burn_us
         self.burn_after = burn_after
+        self.wait_us = wait_us
         self.body: list[bytes] = []
 
     def on_body(self, chunk: bytes) -> None:
@@ -135,6 +152,8 @@ class NullProtocol(HttpRequestProtocol):
             answer["Error"] = ""
             if self.burn_us and not self.burn_after:
                 burn(self.burn_us)
+            if self.wait_us:
+                wait(self.wait_us)
             self._write(_encode(answer))
             if self.burn_us and self.burn_after:
                 burn(self.burn_us)
@@ -218,7 +237,13 @@ async def watch_pods(api: ApiConnections, received: list[int] | None = None) -> 
 
 
 async def serve(
-    kubeconfig: str, port: int, watch: bool = False, pack: bool = False, burn_us: float = 0.0, burn_after: bool = False
+    kubeconfig: str,
+    port: int,
+    watch: bool = False,
+    pack: bool = False,
+    burn_us: float = 0.0,
+    burn_after: bool = False,
+    wait_us: float = 0.0,
 ) -> None:
     # The project's kubeconfig loader for the server, CA and token; nothing else of its client.
     client = KubeClient.from_kubeconfig(kubeconfig)
@@ -229,7 +254,7 @@ async def serve(
     host, api_port = url.hostname or "127.0.0.1", url.port or 443
     api = ApiConnections(host, api_port, context, authorization)
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: NullProtocol(api, pack, burn_us, burn_after), "127.0.0.1", port)
+    server = await loop.create_server(lambda: NullProtocol(api, pack, burn_us, burn_after, wait_us), "127.0.0.1", port)
     await asyncio.gather(server.serve_forever(), *([watch_pods(api)] if watch else []))
 
 
@@ -241,8 +266,11 @@ def main() -> None:
     parser.add_argument("--pack", action="store_true", help="/filter passes the lowest-named candidate")
     parser.add_argument("--burn-us", type=float, default=0.0, help="CPU µs each /filter spends")
     parser.add_argument("--burn-after", action="store_true", help="spend it after the answer is written")
+    parser.add_argument("--wait-us", type=float, default=0.0, help="µs each /filter holds its answer, without CPU")
     args = parser.parse_args()
-    uvloop.run(serve(args.kubeconfig, args.port, args.watch_pods, args.pack, args.burn_us, args.burn_after))
+    uvloop.run(
+        serve(args.kubeconfig, args.port, args.watch_pods, args.pack, args.burn_us, args.burn_after, args.wait_us)
+    )
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from bench.throughput_report import AGAIN, BURN, BURN_AFTER, NAMELESS, UNSCORED
+from bench.throughput_report import AGAIN, BURN, BURN_AFTER, NAMELESS, UNSCORED, WAIT
 
 __all__ = [
     "EXTENDER_MODULES",
@@ -34,11 +34,12 @@ EXTRA_PHASES = (
     "extender-null-raw-pack",
     BURN,
     BURN_AFTER,
+    WAIT,
     "extender-null-filter",
     UNSCORED,
     NAMELESS,
 )
-BURN_US = 400  # CPU the burning null extenders spend per /filter
+BURN_US = 400  # CPU the burning null extenders spend per /filter (and the time the waiting one holds it)
 # Null extender phases: module and arguments.
 NULL_EXTENDERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "extender-null": ("bench.null_extender", ()),
@@ -47,6 +48,7 @@ NULL_EXTENDERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "extender-null-raw-pack": ("bench.null_raw", ("--pack",)),
     BURN: ("bench.null_raw", ("--burn-us", str(BURN_US))),
     BURN_AFTER: ("bench.null_raw", ("--burn-us", str(BURN_US), "--burn-after")),
+    WAIT: ("bench.null_raw", ("--wait-us", str(BURN_US))),
 }
 # Phases that run the extender with one verb replaced (the module's docstring says which).
 EXTENDER_MODULES = {

@@ -19,6 +19,7 @@ __all__ = [
     "RAW_NULL",
     "UNSCORED",
     "VERBS",
+    "WAIT",
     "null_ratios",
     "report",
 ]
@@ -31,10 +32,12 @@ RAW_NULL = "extender-null-raw"
 AGAIN = "-again"  # a phase's second run in a round (``--order bracket``: after the extender's)
 BURN = "extender-null-raw-burn"  # the raw null spending a fixed CPU time in each /filter, before its answer
 BURN_AFTER = "extender-null-raw-burn-after"  # ... after its answer is written
+WAIT = "extender-null-raw-wait"  # the same time held before the answer, without CPU
 # Null extenders that are not floors: what a known amount of extender CPU costs, against the raw null.
 PRICES = {
     BURN: "CPU spent in /filter before its answer",
     BURN_AFTER: "the same CPU spent after the answer is written",
+    WAIT: "the same time waited before the answer, without CPU",
 }
 # Phases that bound what one kind of speed-up could reach, and what each bound says.
 BOUNDS = {

@@ -72,6 +72,25 @@ def test_a_burning_filter_spends_its_cpu_and_answers_the_same_before_or_after() 
                 connection.close()
 
 
+def test_a_waiting_filter_holds_its_answer_without_spending_cpu() -> None:
+    import time
+
+    wall, cpu = time.perf_counter_ns(), time.thread_time_ns()
+    null_raw.wait(20_000)
+    assert time.perf_counter_ns() - wall >= 20_000_000
+    assert time.thread_time_ns() - cpu < 10_000_000  # a busy wait would spend the whole 20 ms
+    api = cast(ApiConnections, None)
+    with serving(lambda: NullProtocol(api, wait_us=20_000)) as port:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        try:
+            started = time.perf_counter_ns()
+            answer = _post(connection, "/filter", {"Pod": {}, "Nodes": None, "NodeNames": ["b", "a"]})
+            assert time.perf_counter_ns() - started >= 20_000_000
+            assert answer["NodeNames"] == ["b"] and answer["Error"] == ""
+        finally:
+            connection.close()
+
+
 def test_the_pod_watch_lists_then_watches_as_the_extender_does_and_opens_again_when_the_server_ends_it() -> None:
     async def run() -> tuple[list[bytes], int]:
         requests: list[bytes] = []

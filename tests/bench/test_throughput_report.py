@@ -58,8 +58,20 @@ def test_a_nameless_phase_gets_its_bound_after_the_unscored_one() -> None:
 
 def test_a_burning_null_is_priced_against_the_raw_null_and_is_no_floor() -> None:
     rounds = [
-        _round(80.0, extender_null_raw=100.0, extender_null_raw_burn=88.0, extender_null_raw_burn_after=86.0),
-        _round(90.0, extender_null_raw=120.0, extender_null_raw_burn=96.0, extender_null_raw_burn_after=102.0),
+        _round(
+            80.0,
+            extender_null_raw=100.0,
+            extender_null_raw_burn=88.0,
+            extender_null_raw_burn_after=86.0,
+            extender_null_raw_wait=91.0,
+        ),
+        _round(
+            90.0,
+            extender_null_raw=120.0,
+            extender_null_raw_burn=96.0,
+            extender_null_raw_burn_after=102.0,
+            extender_null_raw_wait=108.0,
+        ),
     ]
     lines = null_ratios(rounds, NULL_EXTENDERS)
     assert lines[1] == "extender / extender-null-raw: 0.80 / 0.75 (target 0.9 in every round: missed)"
@@ -67,6 +79,7 @@ def test_a_burning_null_is_priced_against_the_raw_null_and_is_no_floor() -> None
         "extender-null-raw-burn / extender-null-raw: 0.88 / 0.80 (CPU spent in /filter before its answer)",
         "extender-null-raw-burn-after / extender-null-raw: 0.86 / 0.85"
         " (the same CPU spent after the answer is written)",
+        "extender-null-raw-wait / extender-null-raw: 0.91 / 0.90 (the same time waited before the answer, without CPU)",
     ]
     del rounds[1]["extender-null-raw"]
     assert null_ratios(rounds, NULL_EXTENDERS) == []  # without the raw null in every round, nothing to price
