@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from bench.throughput_phases import NULL_EXTENDERS, phase_kind, phase_order
-from bench.throughput_report import NULL_TARGET, null_ratios
+from bench.throughput_report import NULL_TARGET, cpu_per_pod, null_ratios
 
 
 def _round(extender: float, **nulls: float) -> dict[str, Any]:
@@ -116,3 +116,32 @@ def test_a_null_run_on_both_sides_of_the_extender_counts_as_the_geometric_mean_o
     rounds[0]["extender-null-raw-burn"] = {"pods_per_second": 72.0}
     rounds[0]["extender-null-raw-burn-again"] = {"pods_per_second": 72.0}
     assert null_ratios(rounds, NULL_EXTENDERS)[-1].startswith("extender-null-raw-burn / extender-null-raw: 0.72 ")
+
+
+def test_the_cpu_table_gives_each_phase_its_median_cpu_a_pod_by_process() -> None:
+    def phase(rate: float, **cpu: float) -> dict[str, Any]:
+        return {"pods_per_second": rate, "pods": 2000, "cpu_seconds": {k.replace("_", "-"): v for k, v in cpu.items()}}
+
+    rounds = [
+        {
+            "ratio": 0.7,  # round-level figures are no phase
+            "baseline": phase(190.0, kube_scheduler=7.0, kube_apiserver=8.0, etcd=2.0, driver=3.0),
+            "extender": phase(130.0, extender=3.6, kube_scheduler=9.0, kube_apiserver=10.0, etcd=3.0, driver=4.0),
+        },
+        {
+            "ratio": 0.8,
+            "baseline": phase(180.0, kube_scheduler=8.0, kube_apiserver=8.0, etcd=2.0, driver=3.0),
+            "extender": phase(150.0, extender=3.2, kube_scheduler=8.0, kube_apiserver=9.0, etcd=2.0, driver=4.0),
+        },
+    ]
+    lines = cpu_per_pod(rounds)
+    assert (
+        lines[1]
+        == "| phase | pods/s | CPU ms a pod, all | extender | kube-scheduler | kube-apiserver | etcd | driver |"
+    )
+    # medians of two rounds: baseline 10.0 and 10.5 ms a pod in all; the extender 14.3 and 13.1
+    assert lines[3:] == [
+        "| baseline | 185.0 | 10.25 | 0.00 | 3.75 | 4.00 | 1.00 | 1.50 |",
+        "| extender | 140.0 | 13.95 | 1.70 | 4.25 | 4.75 | 1.25 | 2.00 |",
+    ]
+    assert cpu_per_pod([]) == []
