@@ -4,7 +4,6 @@ shows them bound (``Assumption``: assumed by /bind, or held for a gang)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from app.cluster.pod_kinds import Kinds
 from scoring.framework import PodInfo
@@ -49,18 +48,6 @@ class NodeUsage:
         self.non_zero_cpu += sign * pod.resources.non_zero_cpu
         self.non_zero_memory += sign * pod.resources.non_zero_memory
         self.pod_count += sign
-
-    def totals(self) -> tuple[Any, ...]:
-        """Everything this usage adds up, for comparing two usages (the cache's invariant check)."""
-        return (
-            self.requested,
-            self.non_zero_cpu,
-            self.non_zero_memory,
-            self.pod_count,
-            self.assumed_count,
-            self.uids,
-            self.kinds,
-        )
 
 
 @dataclass(frozen=True, slots=True)
