@@ -121,17 +121,24 @@ def claim_name(pod: SimPod) -> str:
 
 
 def pod_claim(pod: SimPod) -> ResourceClaim | None:
-    """The pod's ResourceClaim (None for a CPU-only pod)."""
+    """The pod's ResourceClaim (None for a CPU-only pod); kept per pod, as ``with_claim``: a pod is
+    tried once per run and the runs of an experiment share the trace's pods (a claim is immutable)."""
     if not pod.gpus:
         return None
-    shape = (pod.namespace, pod.gpus, pod.gpu_milli if pod.shares_gpu else None)
-    parsed = _claims.get(shape)
-    if parsed is None:  # claims of one shape differ only in name and uid: parsed once
-        parsed = _claims[shape] = _parse_claim(pod)
-    return replace(parsed, name=claim_name(pod), uid=f"{pod.uid}-gpu")
+    found = _pod_claims.get(pod)
+    if found is None:
+        if len(_pod_claims) >= _WITH_CLAIMS_KEPT:
+            _pod_claims.clear()
+        shape = (pod.namespace, pod.gpus, pod.gpu_milli if pod.shares_gpu else None)
+        parsed = _claims.get(shape)
+        if parsed is None:  # claims of one shape differ only in name and uid: parsed once
+            parsed = _claims[shape] = _parse_claim(pod)
+        found = _pod_claims[pod] = replace(parsed, name=claim_name(pod), uid=f"{pod.uid}-gpu")
+    return found
 
 
 _claims: dict[tuple[str, int, int | None], ResourceClaim] = {}
+_pod_claims: dict[SimPod, ResourceClaim] = {}
 
 
 def _parse_claim(pod: SimPod) -> ResourceClaim:
