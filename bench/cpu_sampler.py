@@ -16,7 +16,9 @@ tick (4 ms here): a 15-second phase gives a few hundred to a thousand samples.
 
 The sampler runs ``MODULE`` as ``python -m MODULE ARGS`` would, and counts nothing until SIGUSR1
 (the phase starts); SIGUSR2 stops counting and writes the stacks to ``--out``, folded (one line per
-stack, ``frame;frame;... count``, the root first), as flame-graph tools read them.
+stack, ``frame;frame;... count``, the root first), as flame-graph tools read them. In the same
+process ``bench.stage_cpu`` measures the CPU of each stage of the extender's work exactly; SIGUSR2
+writes it beside the stacks (``stages_path``), first.
 
     python -m bench.cpu_sampler --out r0-extender.folded app.cli serve --config ...
 """
@@ -24,6 +26,7 @@ stack, ``frame;frame;... count``, the root first), as flame-graph tools read the
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import runpy
 import signal
@@ -33,9 +36,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
+from bench.stage_cpu import StageClock
 from tests.e2e.process import wait_for
 
-__all__ = ["INTERVAL", "Sampler", "collect", "frame_name", "main", "runner", "start"]
+__all__ = ["INTERVAL", "Sampler", "collect", "collect_stages", "frame_name", "main", "runner", "stages_path", "start"]
 
 INTERVAL = 0.001  # seconds of CPU between samples (the kernel may deliver them at its tick, e.g. 4 ms)
 _REPO = str(Path(__file__).resolve().parent.parent) + "/"
@@ -112,6 +116,20 @@ def collect(pid: int, out: Path, timeout: float = 10.0) -> str:
     return out.read_text()
 
 
+def stages_path(out: Path) -> Path:
+    """Where the stages' CPU (``bench.stage_cpu``) goes beside the stacks written to ``out``."""
+    return out.with_name(out.name + ".stages.json")
+
+
+def collect_stages(out: Path) -> dict[str, int]:
+    """The stages' CPU nanoseconds written with the stacks (after ``collect``); empty if none."""
+    path = stages_path(out)
+    if not path.exists():
+        return {}
+    found = json.loads(path.read_text())
+    return {str(stage): int(nanos) for stage, nanos in found.items()}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="the folded stacks, written at SIGUSR2")
@@ -120,18 +138,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out = Path(args.out)
     sampler = Sampler()
+    stages = StageClock()
 
     def started(signum: int, frame: FrameType | None) -> None:
+        stages_path(out).unlink(missing_ok=True)
         sampler.start()
+        stages.start()
 
     def stopped(signum: int, frame: FrameType | None) -> None:
         sampler.stop()
+        stages.stop()
+        stages_path(out).write_text(json.dumps(stages.totals()))
         partial = out.with_name(out.name + ".partial")
         partial.write_text(sampler.folded())
-        partial.replace(out)  # whole or not there: the bench waits for the file
+        partial.replace(out)  # whole or not there: the bench waits for the file (the stages are written first)
 
     signal.signal(signal.SIGUSR1, started)
     signal.signal(signal.SIGUSR2, stopped)
+    stages.install()
     sampler.install()
     sys.argv = [args.module, *args.args]
     try:

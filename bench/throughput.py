@@ -81,7 +81,7 @@ from typing import Any
 import httpx
 import yaml
 
-from bench import apiserver_work, cpu_report, cpu_sampler
+from bench import apiserver_work, cpu_report, cpu_sampler, stage_cpu
 from bench.plane import GPU, add_nodes, bulk, cpu_seconds
 from bench.pprof import SCHEDULER_FLAGS, capture
 from bench.throughput_phases import (
@@ -116,6 +116,7 @@ class Phase:
     verbs: dict[str, dict[str, float]] = field(default_factory=dict)
     api: dict[str, float] = field(default_factory=dict)  # the API server's requests and watch events
     extender_cpu: dict[str, float] = field(default_factory=dict)  # --cpu-profile: µs per pod by part
+    extender_stages: dict[str, float] = field(default_factory=dict)  # --cpu-profile: µs per pod by stage, measured
 
 
 # --------------------------------------------------------------------------- cluster
@@ -240,14 +241,19 @@ def run_phase(
     cpu_after = _cpu(plane.procs)
     cpu = {k: round(cpu_after[k] - cpu_before.get(k, 0.0), 2) for k in cpu_after}
     parts: dict[str, float] = {}
+    stages: dict[str, float] = {}
     if sampled is not None and samples is not None:
         stacks = cpu_report.read_folded(cpu_sampler.collect(sampled, samples))
         parts = cpu_report.per_pod(cpu_report.parts(stacks), cpu.get("extender", 0.0), bound)
+        measured = cpu_sampler.collect_stages(samples)  # none in a null extender
+        stages = stage_cpu.per_pod(measured, cpu.get("extender", 0.0), bound) if measured else {}
     api = apiserver_work.work(api_before, _api_counts(plane))
     if profiling is not None:
         profiling.join()
     rate = round(bound / elapsed, 1)
-    return Phase(name, len(names), round(elapsed, 2), rate, len(names) - bound, cpu, api=api, extender_cpu=parts)
+    phase = Phase(name, len(names), round(elapsed, 2), rate, len(names) - bound, cpu, api=api, extender_cpu=parts)
+    phase.extender_stages = stages
+    return phase
 
 
 def _api_counts(plane: ControlPlane) -> dict[str, float]:
@@ -346,7 +352,8 @@ def main(argv: list[str] | None = None) -> int:
         "--cpu-profile",
         metavar="DIR",
         help="sample the extender's CPU time in each extender phase (bench.cpu_sampler): folded stacks go here, "
-        "microseconds per pod by part are printed (read a file with python -m bench.cpu_report)",
+        "microseconds per pod by part are printed (read a file with python -m bench.cpu_report), and beside them "
+        "each stage's CPU, measured (bench.stage_cpu)",
     )
     parser.add_argument(
         "--order",
@@ -435,9 +442,10 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 for line in apiserver_work.describe(phase.api, phase.pods):
                     print(f"    api: {line}", flush=True)
-                if phase.extender_cpu:
-                    parts = ", ".join(f"{part} {micros:.0f}" for part, micros in phase.extender_cpu.items())
-                    print(f"    extender CPU, µs per pod: {parts}", flush=True)
+                for label, split in (("", phase.extender_cpu), (" by stage (measured)", phase.extender_stages)):
+                    if split:
+                        parts = ", ".join(f"{part} {micros:.0f}" for part, micros in split.items())
+                        print(f"    extender CPU{label}, µs per pod: {parts}", flush=True)
                 delete_pods(plane)
             ratio = phases["extender"].pods_per_second / max(phases["baseline"].pods_per_second, 1e-9)
             bound = cpu_bound(phases["baseline"], phases["extender"])

@@ -35,6 +35,9 @@ def test_a_sampled_process_reports_the_function_that_used_its_cpu(tmp_path: Path
     assert spinning >= 0.8 * sum(stacks.values())  # the waits use no CPU to speak of
     root_first = next(stack for stack in stacks if "tests/bench/busy.py:spin" in stack).split(";")
     assert root_first.index("tests/bench/busy.py:main") < root_first.index("tests/bench/busy.py:spin")
+    # The stages' CPU (bench.stage_cpu) is written beside the stacks: none of the extender's ran here.
+    assert cpu_sampler.stages_path(out).exists()
+    assert cpu_sampler.collect_stages(out) == {}
 
 
 def test_nothing_is_counted_before_the_start_signal() -> None:
