@@ -147,7 +147,8 @@ def audit(fake: FakeAPIServer) -> list[str]:
     return [f"{n}: {u} > {allocatable.get(n, 0)}" for n, u in used.items() if u > allocatable.get(n, 0)]
 
 
-def main() -> None:
+def main() -> int:
+    """0 when every request succeeded, some pod was bound and no node is over-committed; else 1."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--users", type=int, default=4)
@@ -234,7 +235,15 @@ def main() -> None:
         print(f"assume ledger after the run: {len(debug['assumeLedger'])}; cache counts: {debug['cache']['counts']}")
         problems = audit(fake)
         print(f"over-committed nodes in the API server: {len(problems)} {problems[:5]}")
+        failed = [
+            *(["locust reported failed requests"] if code else []),
+            *(["no pod was bound"] if not fake.bindings else []),
+            *(["nodes over-committed"] if problems else []),
+        ]
+        if failed:
+            print(f"FAILED: {'; '.join(failed)}")
+        return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

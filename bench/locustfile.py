@@ -37,12 +37,13 @@ from locust.env import Environment
 from locust.exception import StopUser
 
 from bench.cluster import encode
-from bench.request_bodies import PENDING_KINDS, bind_body, filter_body_names, pending_pod
+from bench.request_bodies import PENDING_KINDS, bind_body, chosen_host, filter_body_names, pending_pod
 
 DEFAULT_HOST = "http://127.0.0.1:8888"
 HEADERS = {"Content-Type": "application/json", "User-Agent": "Go-http-client/1.1"}
 KIND_WEIGHTS = {"gpu-1": 50, "gpu-2": 25, "gpu-8": 5, "cpu": 20}  # mostly inference, some training
 TEMPLATES = {kind: pending_pod(kind) for kind in PENDING_KINDS}
+_RNG = random.Random()  # ties among the best-scored nodes, as kube-scheduler breaks them
 NODE_NAMES: list[str] = []
 PODS: list[dict[str, Any]] = []  # from KGE_PODS_FILE: users take them in order (greenlets: no lock needed)
 
@@ -119,13 +120,11 @@ class Scheduler(FastHttpUser):
     def _prioritize(self, pod: dict[str, Any], feasible: list[str]) -> str:
         body = encode(filter_body_names(pod, feasible))
         with self._post("prioritize", body) as resp:
-            result = _json(resp.content)
-            valid = isinstance(result, list) and len(result) == len(feasible)
-            if not valid or not all(isinstance(e.get("Score"), int) and 0 <= e["Score"] <= 10 for e in result):
+            node = chosen_host(_json(resp.content), feasible, _RNG)
+            if node is None:
                 resp.failure(f"not a HostPriorityList for {len(feasible)} nodes: {resp.content[:200]!r}")
                 return ""
-            best = max(e["Score"] for e in result)
-            return str(random.choice([e["Host"] for e in result if e["Score"] == best]))
+            return node
 
     def _bind(self, pod: dict[str, Any], node: str) -> None:
         body = encode(bind_body(pod, node))

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 from bench.cluster import GPU, IMAGE_REPOS, Obj, container_spec, name_suffix, random_uid
 
 __all__ = [
     "PENDING_KINDS",
     "bind_body",
+    "chosen_host",
     "filter_body_names",
     "filter_body_nodes",
     "pending_pod",
@@ -108,3 +110,22 @@ def bind_body(pod: Obj, node: str) -> Obj:
     """ExtenderBindingArgs."""
     meta = pod["metadata"]
     return {"PodName": meta["name"], "PodNamespace": meta["namespace"], "PodUID": meta["uid"], "Node": node}
+
+
+def chosen_host(answer: Any, candidates: list[str], rng: random.Random) -> str | None:
+    """The node kube-scheduler would take from a ``/prioritize`` answer about ``candidates`` (the
+    extender's weight alone): the highest score, ties at random, a candidate the answer leaves out
+    scoring 0. None when ``answer`` is not a HostPriorityList of those candidates (an entry that is
+    not one of them, a host twice, a score outside 0..10)."""
+    if not isinstance(answer, list) or not candidates:
+        return None
+    allowed = set(candidates)
+    scores: dict[str, int] = {}
+    for entry in answer:
+        host = entry.get("Host") if isinstance(entry, dict) else None
+        score = entry.get("Score") if isinstance(entry, dict) else None
+        if host not in allowed or host in scores or type(score) is not int or not 0 <= score <= 10:
+            return None
+        scores[host] = score
+    best = max(scores.values(), default=0)
+    return rng.choice([name for name in candidates if scores.get(name, 0) == best])

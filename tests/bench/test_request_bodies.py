@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import json
+import random
 from typing import Any
 
 import pytest
 
 from bench.latency import main, prioritize_after_filter
-from bench.request_bodies import pending_pod, reordered
+from bench.request_bodies import chosen_host, pending_pod, reordered
 
 NAMES = [f"node-{i:03d}" for i in range(50)]
 
@@ -54,3 +55,31 @@ def test_prioritize_is_asked_about_the_nodes_filter_passed_in_its_order() -> Non
     assert [path for path, _ in client.asked] == ["/filter", "/filter"]
     with pytest.raises(RuntimeError, match="passed no node"):
         prioritize_after_filter(_FilterAnswers(set()), [(pod, ["n1"])])
+
+
+def test_chosen_host_takes_the_best_score_and_counts_a_host_left_out_as_zero() -> None:
+    rng = random.Random(1)
+    answer = [{"Host": "b", "Score": 9}, {"Host": "c", "Score": 10}]
+    assert chosen_host(answer, ["a", "b", "c"], rng) == "c"
+    # Every host left out (all scored 0): any candidate may be taken, and only a candidate.
+    picks = {chosen_host([], ["a", "b", "c"], rng) for _ in range(60)}
+    assert picks == {"a", "b", "c"}
+    # Ties among the listed best go to either of them, never to a lower score.
+    tied = [{"Host": "a", "Score": 7}, {"Host": "b", "Score": 7}, {"Host": "c", "Score": 3}]
+    assert {chosen_host(tied, ["a", "b", "c"], rng) for _ in range(60)} == {"a", "b"}
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        {"Host": "a", "Score": 1},  # not a list
+        [{"Host": "z", "Score": 5}],  # not a candidate
+        [{"Host": "a", "Score": 5}, {"Host": "a", "Score": 6}],  # a host twice
+        [{"Host": "a", "Score": 11}],  # out of range
+        [{"Host": "a", "Score": 5.0}],  # not an integer
+        [{"Host": "a", "Score": True}],  # a bool is no score
+        ["a"],  # not an entry
+    ],
+)
+def test_chosen_host_refuses_what_is_not_a_host_priority_list_of_the_candidates(answer: Any) -> None:
+    assert chosen_host(answer, ["a", "b"], random.Random(1)) is None
