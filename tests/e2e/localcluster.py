@@ -9,7 +9,8 @@ kube-apiserver, the claim controller, the extender (deploy/extender-config.yaml,
 ServiceAccount) and kube-scheduler (deploy/kube-scheduler-config.yaml), adds the nodes, DeviceClass
 and ResourceSlices of examples/cluster.yaml (no kubelet runs: pods are scheduled and bound, never
 started), writes an admin kubeconfig, and waits. ``down`` stops that process, which stops the
-components it started, each by its own PID. Everything listens on 127.0.0.1.
+components it started, each by its own PID. Everything listens on 127.0.0.1. Each ``up`` starts a new, empty
+cluster: what a stopped one stored (its etcd data, its logs) is removed first.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -38,6 +40,7 @@ __all__ = ["DEFAULT_DIR", "EXAMPLE", "down", "main", "up"]
 DEFAULT_DIR = REPO / ".cluster"
 EXAMPLE = REPO / "examples" / "cluster.yaml"
 _RESOURCE = "/apis/resource.k8s.io/v1"
+_PLANE = "plane"  # the control plane's files under the directory (ControlPlane's workdir)
 
 
 def _state(directory: Path) -> dict[str, Any] | None:
@@ -92,7 +95,7 @@ def _serve(directory: Path, extender_port: int) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    plane = ControlPlane(directory / "plane", locate_binaries())
+    plane = ControlPlane(directory / _PLANE, locate_binaries())
     try:
         plane.start()
         plane.start_controller_manager()
@@ -129,6 +132,8 @@ def up(directory: Path, extender_port: int = 8888, timeout: float = 120.0) -> di
         state = wait_for("the running local cluster", lambda: _state(directory), timeout)
         return state
     locate_binaries()  # fail here, with the message saying how to get them
+    # A new cluster: the etcd data of a stopped one would hold the objects start-up creates.
+    shutil.rmtree(directory / _PLANE, ignore_errors=True)
     log = (directory / "localcluster.log").open("ab")
     command = ["-m", "tests.e2e.localcluster", "_serve", "--dir", str(directory), "--port", str(extender_port)]
     proc = subprocess.Popen(

@@ -83,3 +83,12 @@ def test_up_serves_the_example_cluster_and_down_stops_everything(
     assert _pid(directory) is None
     assert main(["status", "--dir", str(directory)]) == 3
     assert not down(directory)
+
+    # `up` after `down` starts a new, empty cluster: the example's nodes, none of the pods from before.
+    again = up(directory, extender_port=free_port())
+    try:
+        fresh = client.CoreV1Api(config.new_client_from_config(again["kubeconfig"]))
+        assert sorted(n.metadata.name for n in fresh.list_node().items) == sorted(gpus)
+        assert fresh.list_namespaced_pod("default").items == []
+    finally:
+        assert down(directory)
