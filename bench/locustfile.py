@@ -100,7 +100,8 @@ class Scheduler(FastHttpUser):
 
     def _post(self, verb: str, body: bytes) -> Any:
         """POST a verb; the caller decides success, failure or a more precise request name."""
-        return self.client.post(f"/{verb}", data=body, headers=HEADERS, name=verb, catch_response=True)
+        session: Any = self.client  # locust types ``data`` as str or dict; bytes go out as they are
+        return session.post(f"/{verb}", data=body, headers=HEADERS, name=verb, catch_response=True)
 
     def _filter(self, pod: dict[str, Any]) -> list[str]:
         body = encode(filter_body_names(pod, NODE_NAMES))
