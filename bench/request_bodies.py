@@ -1,4 +1,5 @@
-"""Pending pods and the extender request bodies (ExtenderArgs, ExtenderBindingArgs) for the benchmarks."""
+"""Pending pods and the extender request bodies (ExtenderArgs, ExtenderBindingArgs) for the benchmarks,
+and the node kube-scheduler takes from a /prioritize answer."""
 
 from __future__ import annotations
 

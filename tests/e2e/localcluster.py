@@ -9,8 +9,8 @@ kube-apiserver, the claim controller, the extender (deploy/extender-config.yaml,
 ServiceAccount) and kube-scheduler (deploy/kube-scheduler-config.yaml), adds the nodes, DeviceClass
 and ResourceSlices of examples/cluster.yaml (no kubelet runs: pods are scheduled and bound, never
 started), writes an admin kubeconfig, and waits. ``down`` stops that process, which stops the
-components it started, each by its own PID. Everything listens on 127.0.0.1. Each ``up`` starts a new, empty
-cluster: what a stopped one stored (its etcd data, its logs) is removed first.
+components it started, each by its own PID. Everything listens on 127.0.0.1. Each ``up`` starts a
+new, empty cluster: what a stopped one stored (its etcd data, its logs) is removed first.
 """
 
 from __future__ import annotations
