@@ -8,9 +8,10 @@ Runs in process, one policy after the other, with the same code as ``kube-gpu-ex
 deploy/kube-scheduler-config.yaml, and ``--scheduler-profile NAME``); ``--profile`` adds a cProfile
 of one policy (sorted by own time) to find what to speed up.
 
-``--policy`` (repeatable) times only those policies; ``--repeat N`` runs them N rounds, in turn, and
-judges each policy by the median of its runs (this machine's speed moves a single run by 10 % or
-more: a change is best compared on medians of alternated runs).
+``--policy`` (repeatable) times only those policies (with ``--profile`` and no ``--policy``, only the
+profiled one); ``--repeat N`` runs them N rounds, in turn, and judges each policy by the median of
+its runs (this machine's speed moves a single run by 10 % or more: a change is best compared on
+medians of alternated runs).
 
     python -m bench.simulate --nodes openb_node_list_gpu_node.csv --pods openb_pod_list_default.csv
     python -m bench.simulate ... --mode inflate --policy shipped --policy fgd --repeat 3
@@ -54,7 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", required=True)
     parser.add_argument("--pods", required=True)
     parser.add_argument("--mode", choices=MODES, default="fill")
-    parser.add_argument("--profile", choices=POLICIES, help="cProfile this policy's run")
+    parser.add_argument(
+        "--profile", choices=POLICIES, help="cProfile this policy's run (without --policy, time only this one)"
+    )
     parser.add_argument("--scheduler-config", metavar="FILE|none", help="default: deploy/kube-scheduler-config.yaml")
     parser.add_argument("--scheduler-profile", metavar="NAME", help="schedulerName of the profile (default: the first)")
     parser.add_argument("--sharing", choices=SHARING, default="dra")
@@ -78,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(nodes)} nodes, {len(pods)} pods, mode {args.mode}, sharing {args.sharing}, target {target:.0f} s per run"
     )
     print(f"scheduler config: {scheduler.describe() if scheduler is not None else 'none'}")
-    chosen = list(dict.fromkeys(args.policy or POLICIES))
+    chosen = list(dict.fromkeys(args.policy or ([args.profile] if args.profile else POLICIES)))
     runs: dict[str, list[float]] = {policy: [] for policy in chosen}
     submitted: dict[str, int] = {}
     for _ in range(args.repeat):  # in turn, so a slow minute of the machine touches every policy alike

@@ -37,3 +37,19 @@ def test_chosen_policies_are_timed_by_the_median_of_their_runs(
     with pytest.raises(SystemExit):
         main([*common, "--repeat", "0"])
     assert "--repeat must be at least 1, got 0" in capsys.readouterr().err
+
+
+def test_a_profile_without_policies_times_only_the_profiled_policy(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    nodes, pods = tmp_path / "nodes.csv", tmp_path / "pods.csv"
+    nodes.write_text(NODE_HEADER + "g0,32000,65536,2,T4\n", encoding="utf-8")
+    pods.write_text(POD_HEADER + "p0,1000,1024,1,500,,LS,Running,0,,0\n", encoding="utf-8")
+    common = ["--nodes", str(nodes), "--pods", str(pods), "--mode", "inflate", "--scheduler-config", "none"]
+    main([*common, "--profile", "best-fit"])
+    out = capsys.readouterr().out
+    assert [line.split()[0] for line in out.splitlines() if "ms per pod" in line] == ["best-fit"]
+    assert "function calls" in out  # the profile itself
+    main([*common, "--profile", "best-fit", "--policy", "fgd", "--policy", "best-fit"])
+    timed = [line.split()[0] for line in capsys.readouterr().out.splitlines() if "ms per pod" in line]
+    assert timed == ["fgd", "best-fit"]  # named policies are timed as asked
