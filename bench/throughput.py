@@ -26,8 +26,8 @@ CPU-only), then in each round, one after the other on the same cluster:
   the shipped extender whose /filter does all its work but keeps the first node that passes instead
   of scoring them (``bench.extender_unscored``): the most any cheaper scoring could reach; with
   ``extender-nameless`` the shipped extender whose /filter judges every node of its cache without
-  reading the request's names (``bench.extender_nameless``): the most any faster handling of the
-  names could reach.
+  reading the request's names (``bench.extender_nameless``): its CPU without the names; its pods/s
+  bounds nothing (some answers name a node kube-scheduler no longer lists, and the pod is retried).
 
 Odd rounds run the phases in reverse order (``--order alternate``, the default): each phase ages the
 cluster for the next, and the extender phase should not always run on the oldest one. With ``--order

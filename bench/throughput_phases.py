@@ -111,5 +111,6 @@ EXTRA_PHASE_HELP = (
     "the shipped extender whose /filter keeps the first node that passes instead of the best scored "
     "(bench.extender_unscored: the bound for any scoring speed-up); "
     "the shipped extender whose /filter judges every node of its cache without reading the names "
-    "(bench.extender_nameless: the bound for any faster handling of the names)"
+    "(bench.extender_nameless: its CPU without the names; some answers name a node kube-scheduler no "
+    "longer lists, so its pods/s bounds nothing)"
 )

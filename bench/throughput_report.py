@@ -28,7 +28,7 @@ __all__ = [
 NULL_TARGET = 0.9  # the extender phase against a null extender's, in every round
 VERBS = ("filter", "prioritize", "bind", "preempt")
 UNSCORED = "extender-unscored"  # the shipped /filter keeping the first node that passes (bench.extender_unscored)
-NAMELESS = "extender-nameless"  # the shipped /filter over every node, the names unread (bench.extender_nameless)
+NAMELESS = "extender-nameless"  # the shipped /filter over every node, the names unread: no bound (its module)
 RAW_NULL = "extender-null-raw"
 AGAIN = "-again"  # a phase's second run in a round (``--order bracket``: after the extender's)
 BURN = "extender-null-raw-burn"  # the raw null spending a fixed CPU time in each /filter, before its answer
@@ -43,7 +43,6 @@ PRICES = {
 # Phases that bound what one kind of speed-up could reach, and what each bound says.
 BOUNDS = {
     UNSCORED: "no scoring: what no cheaper scoring can exceed",
-    NAMELESS: "no names read: what no faster handling of the names can exceed",
 }
 
 

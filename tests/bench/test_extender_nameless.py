@@ -1,6 +1,5 @@
 """bench.extender_nameless: the shipped /filter over every node of the cache, the request's names
-neither decoded nor looked up (a bound for bench.throughput, right only where kube-scheduler leaves
-out no node the extender would pass)."""
+neither decoded nor looked up (bench.throughput's measure of the extender's CPU without them)."""
 
 from __future__ import annotations
 

@@ -47,13 +47,13 @@ def test_an_unscored_phase_in_every_round_gets_its_bound_beside_each_verdict() -
     assert lines[2] == "extender-unscored / extender-null: 0.88 / 0.85 (no scoring: what no cheaper scoring can exceed)"
 
 
-def test_a_nameless_phase_gets_its_bound_after_the_unscored_one() -> None:
+def test_a_nameless_phase_is_reported_as_no_bound() -> None:
+    # Its answers come from the cache alone, and kube-scheduler retries the pods whose answer names
+    # a node it no longer lists: its pods/s bounds nothing, so no ratio is printed for it.
     rounds = [_round(80.0, extender_null=100.0, extender_unscored=88.0, extender_nameless=92.0)]
     lines = null_ratios(rounds, NULL_EXTENDERS)
     assert lines[2].startswith("extender-unscored / extender-null: 0.88")
-    assert lines[3] == (
-        "extender-nameless / extender-null: 0.92 (no names read: what no faster handling of the names can exceed)"
-    )
+    assert len(lines) == 3 and not any("extender-nameless" in line for line in lines)
 
 
 def test_a_burning_null_is_priced_against_the_raw_null_and_is_no_floor() -> None:
