@@ -4,13 +4,13 @@
 The same process and the same /filter as ``kube-gpu-extender serve``, except that the names
 kube-scheduler sends are neither decoded nor looked up in the node table: /filter judges and scores
 every node the cache holds, listed once per node-table version (so its rows are recalled, not looked
-up). Beside ``extender`` in one run it shows the extender's CPU without the names (turning
-kube-scheduler's 1,000 names into table rows is a third of /filter's CPU under that load), not a bound
-on pods/s: kube-scheduler counts a pod on its node before it calls /bind, the extender's cache once
-/bind runs, so in between an answer from the cache alone can name a node kube-scheduler no longer
-lists. kube-scheduler then fails the cycle ("claims a filtered node ... which is not found in the
-input node list") and retries the pod (45 of 2,000 pods in one bench.throughput run, 2026-11-30). The
-shipped /filter answers among the names it is sent, so it never does.
+up). Beside ``extender`` in one run it shows the extender's CPU without the names but with every
+node of the cache judged, those kube-scheduler left out too. It is no bound on pods/s: kube-scheduler
+counts a pod on its node before it calls /bind, the extender's cache once /bind runs, so in between
+an answer from the cache alone can name a node kube-scheduler no longer lists. kube-scheduler then
+fails the cycle ("claims a filtered node ... which is not found in the input node list") and retries
+the pod (45 of 2,000 pods in one bench.throughput run, 2026-11-30). The shipped /filter answers among
+the names it is sent, so it never does.
 
     python -m bench.extender_nameless serve --config extender.yaml --kubeconfig extender.kubeconfig
 """
