@@ -12,6 +12,8 @@ CPU-only), then in each round, one after the other on the same cluster:
   ``baseline-go-shipped`` kube-scheduler alone with deploy/'s settings: what those settings change;
 * with ``--extra-phase extender-ties-to-scheduler``, the shipped configuration with ``tieBreak.random``
   off: equally scored nodes all pass /filter, and kube-scheduler scores them and calls /prioritize;
+* with ``--extra-phase extender-log-warning``, the shipped extender at ``--log-level warning``: no
+  INFO line a bind, so what the extender's logging costs;
 * with ``--extra-phase extender-null``, also the shipped kube-scheduler config behind
   ``bench.null_extender`` (passes the first candidate, binds, nothing else): what the extender
   protocol costs kube-scheduler and the API server, which no extender can avoid; with
@@ -420,7 +422,8 @@ def main(argv: list[str] | None = None) -> int:
                         extender = start_null_extender(plane, *null, runner=runner)
                     else:
                         module = EXTENDER_MODULES.get(kind, "app.cli")
-                        extender = plane.start_extender(config, module=module, runner=runner)
+                        level = "warning" if kind == "extender-log-warning" else "info"
+                        extender = plane.start_extender(config, module=module, runner=runner, log_level=level)
                     edit = SCHEDULER_EDITS.get(kind)
                     go_env: dict[str, str] | None = {} if kind == "extender-go-defaults" else None  # None: deploy/'s
                     plane.start_scheduler(extender.port, qps=qps, edit=edit, env=go_env, flags=profile_flags)

@@ -28,6 +28,7 @@ EXTRA_PHASES = (
     "extender-feasible",
     "extender-failures-always",
     "extender-ties-to-scheduler",
+    "extender-log-warning",
     "extender-null",
     "extender-null-raw",
     "extender-null-raw-watch",
@@ -101,6 +102,7 @@ EXTRA_PHASE_HELP = (
     "configuration with filterReturns: Feasible; the shipped configuration with filterFailures: Always; "
     "the shipped configuration with tieBreak.random off (equally scored nodes all pass; kube-scheduler scores "
     "them and calls /prioritize); "
+    "the shipped extender at --log-level warning (no INFO line a bind: what its logging costs); "
     "kube-scheduler with the shipped profile behind bench.null_extender (passes the first candidate, binds); "
     "the same behind bench.null_raw, a second null extender without web framework or HTTP client library; "
     "that one also keeping the extender's pod watch open (its events read and dropped); "
