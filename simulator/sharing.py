@@ -15,6 +15,7 @@ requests), so a sharing pod takes a whole GPU, as before this module existed.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
@@ -120,25 +121,25 @@ def claim_name(pod: SimPod) -> str:
     return f"{pod.name}-gpu"
 
 
+# Kept per pod (SimPod is frozen, so hashable): a pod is tried once per run, and the runs of an
+# experiment in one process share the trace's pods.
+_KEPT_PER_POD = 100_000
+
+
+@functools.lru_cache(maxsize=_KEPT_PER_POD)
 def pod_claim(pod: SimPod) -> ResourceClaim | None:
-    """The pod's ResourceClaim (None for a CPU-only pod); kept per pod, as ``with_claim``: a pod is
-    tried once per run and the runs of an experiment share the trace's pods (a claim is immutable)."""
+    """The pod's ResourceClaim (None for a CPU-only pod; a claim is immutable, so one object serves
+    every run)."""
     if not pod.gpus:
         return None
-    found = _pod_claims.get(pod)
-    if found is None:
-        if len(_pod_claims) >= _WITH_CLAIMS_KEPT:
-            _pod_claims.clear()
-        shape = (pod.namespace, pod.gpus, pod.gpu_milli if pod.shares_gpu else None)
-        parsed = _claims.get(shape)
-        if parsed is None:  # claims of one shape differ only in name and uid: parsed once
-            parsed = _claims[shape] = _parse_claim(pod)
-        found = _pod_claims[pod] = replace(parsed, name=claim_name(pod), uid=f"{pod.uid}-gpu")
-    return found
+    shape = (pod.namespace, pod.gpus, pod.gpu_milli if pod.shares_gpu else None)
+    parsed = _claims.get(shape)
+    if parsed is None:  # claims of one shape differ only in name and uid: parsed once
+        parsed = _claims[shape] = _parse_claim(pod)
+    return replace(parsed, name=claim_name(pod), uid=f"{pod.uid}-gpu")
 
 
 _claims: dict[tuple[str, int, int | None], ResourceClaim] = {}
-_pod_claims: dict[SimPod, ResourceClaim] = {}
 
 
 def _parse_claim(pod: SimPod) -> ResourceClaim:
@@ -159,21 +160,10 @@ def _parse_claim(pod: SimPod) -> ResourceClaim:
     )
 
 
+@functools.lru_cache(maxsize=_KEPT_PER_POD)
 def with_claim(pod: SimPod) -> SimPod:
-    """``pod`` asking for its GPUs through its ResourceClaim instead of ``nvidia.com/gpu`` requests
-    (kept per pod: the runs of an experiment share the trace's pods)."""
-    if not pod.gpus:
-        return pod
-    found = _with_claims.get(pod)
-    if found is None:
-        if len(_with_claims) >= _WITH_CLAIMS_KEPT:
-            _with_claims.clear()
-        found = _with_claims[pod] = _with_claim(pod)
-    return found
-
-
-_WITH_CLAIMS_KEPT = 100_000
-_with_claims: dict[SimPod, SimPod] = {}
+    """``pod`` asking for its GPUs through its ResourceClaim instead of ``nvidia.com/gpu`` requests."""
+    return _with_claim(pod) if pod.gpus else pod
 
 
 def _with_claim(pod: SimPod) -> SimPod:
